@@ -1,0 +1,237 @@
+/* devbuf/plugin.h: the plugin ABI. This is the one header a plugin author needs.
+ *
+ * A plugin is a shared object that exports exactly one symbol,
+ *
+ *     DEVBUF_PLUGIN_EXPORT const devbuf_plugin_table *devbuf_plugin_entry(void);
+ *
+ * returning a pointer to a table it owns (normally a `static const`). The
+ * table begins with `struct_size` and the ABI major/minor the plugin was built
+ * against, then the plugin's name, version, the device identifiers it
+ * implements and its function pointers. See docs/plugin-authors.md.
+ *
+ * Versioning promises
+ *  - The table only ever grows at the end. A new minor appends fields.
+ *  - The host refuses a plugin of another major (with both versions in the
+ *    message), accepts any struct_size >= DEVBUF_PLUGIN_TABLE_V1_SIZE, and
+ *    never reads a field past the struct_size the plugin declared: a field
+ *    past it counts as NULL. A larger table from a newer plugin is fine.
+ *
+ * Threading: every function may be called from any thread, concurrently,
+ * except `init` (called once, before anything else) and `shutdown` (called
+ * once, after everything else).
+ *
+ * Ownership and lifetimes
+ *  - The table and every string and array it points to belong to the plugin
+ *    and must stay valid and unchanged until `shutdown` returns (static
+ *    storage is the normal choice). The host never frees or writes them.
+ *  - `state` is created by `init` and owned by the plugin; the host passes it
+ *    back to every call and never looks inside it.
+ *  - Device pointers, streams and events are opaque handles created and
+ *    destroyed by the plugin; the host owns the *right to destroy* each one
+ *    it created, exactly once, through the matching function.
+ *  - `devbuf_error *err` and all output pointers are owned by the caller;
+ *    `err` may be NULL; on failure the plugin fills it (devbuf_error_set).
+ *
+ * Cheap entry, lazy backend: neither the entry symbol nor `init` may load or
+ * initialise the vendor driver. Driver work happens at the first call that
+ * needs it (normally `device_count`). A plugin whose driver is missing still
+ * loads: `device_count` then returns DEVBUF_ENODEV with the reason, e.g.
+ * "dlopen libcuda.so.1: cannot open shared object file".
+ */
+#ifndef DEVBUF_PLUGIN_H
+#define DEVBUF_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "devbuf/device_info.h"
+#include "devbuf/dtype.h"
+#include "devbuf/error.h"
+#include "devbuf/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DEVBUF_ABI_MAJOR 1
+#define DEVBUF_ABI_MINOR 0
+
+/* The name of the one symbol a plugin exports. */
+#define DEVBUF_PLUGIN_ENTRY devbuf_plugin_entry
+#define DEVBUF_PLUGIN_ENTRY_NAME "devbuf_plugin_entry"
+
+/* Identifiers: NUL-terminated printable ASCII (0x21..0x7e), 1 to
+ * DEVBUF_IDENTIFIER_MAX bytes, optionally followed by nothing else. The
+ * host refuses "cpu" (reserved by the buffer-protocol draft) from plugins
+ * other than devbuf's own cpu plugin, and refuses ':' because "id:N" names
+ * device N of an identifier. */
+#define DEVBUF_IDENTIFIER_MAX 63
+
+/* devbuf_device_props.flags */
+#define DEVBUF_DEVICE_HOST_ACCESSIBLE 0x1u /* host may dereference device pointers */
+#define DEVBUF_DEVICE_UNIFIED 0x2u         /* device may dereference host pointers */
+#define DEVBUF_DEVICE_ASYNC 0x4u           /* streams really run asynchronously */
+
+/* DLPack device types (DLDeviceType) that plugins commonly report. */
+#define DEVBUF_DL_CPU 1
+#define DEVBUF_DL_CUDA 2
+#define DEVBUF_DL_CUDA_HOST 3
+#define DEVBUF_DL_OPENCL 4
+#define DEVBUF_DL_VULKAN 7
+#define DEVBUF_DL_METAL 8
+#define DEVBUF_DL_VPI 9
+#define DEVBUF_DL_ROCM 10
+#define DEVBUF_DL_ROCM_HOST 11
+#define DEVBUF_DL_EXT_DEV 12 /* reserved by DLPack for testing new devices */
+#define DEVBUF_DL_CUDA_MANAGED 13
+#define DEVBUF_DL_ONEAPI 14
+
+/* What a device is. Caller-owned; the host sets struct_size before the call
+ * and zeroes the rest; the plugin fills what it knows and never writes past
+ * struct_size. */
+typedef struct devbuf_device_props {
+  uint32_t struct_size;
+  uint32_t flags;               /* DEVBUF_DEVICE_* */
+  char name[128];               /* e.g. "NVIDIA H100 80GB HBM3" */
+  char vendor[64];              /* e.g. "NVIDIA" */
+  uint64_t total_memory;        /* bytes, 0 if unknown */
+  uint64_t free_memory;         /* bytes, 0 if unknown */
+  uint32_t alloc_alignment;     /* alignment mem_alloc guarantees, bytes */
+  int32_t dlpack_device_type;   /* DEVBUF_DL_*, or -1 */
+  int32_t dlpack_device_id;     /* DLDevice.device_id */
+  uint32_t reserved0;
+  uint64_t reserved[6];
+} devbuf_device_props;
+
+/* How a plugin's device_info looks to the core, whatever the identifier's own
+ * layout: filled by device_info_import. */
+typedef struct devbuf_device_info_desc {
+  uint32_t struct_size;
+  uint32_t flags;           /* DEVBUF_DEVICE_INFO_* */
+  int32_t device_ordinal;
+  uint32_t reserved0;
+  void *event;              /* plugin event to wait on, or NULL */
+  void *stream;             /* producer stream, or NULL */
+  uint64_t reserved[4];
+} devbuf_device_info_desc;
+
+/* An extra, plugin-specific function (issue: language-neutral plugins).
+ * `signature` is "ret(args)" in the letters of docs/plugin-authors.md,
+ * e.g. "i(ip)" for int f(int, void*). */
+typedef struct devbuf_ext_function {
+  const char *name;
+  const char *signature;
+  const char *doc;
+  void (*fn)(void);
+} devbuf_ext_function;
+
+typedef struct devbuf_plugin_table devbuf_plugin_table;
+
+struct devbuf_plugin_table {
+  /* ---- header: fixed for every major version -------------------------- */
+  uint32_t struct_size;           /* sizeof(devbuf_plugin_table) when built */
+  uint16_t abi_major;             /* DEVBUF_ABI_MAJOR when built */
+  uint16_t abi_minor;             /* DEVBUF_ABI_MINOR when built */
+  const char *name;               /* short name, e.g. "sim" */
+  const char *version;            /* the plugin's own version, e.g. "0.1.0" */
+  const char *description;        /* one line */
+  const char *const *identifiers; /* NULL-terminated, at least one */
+
+  /* ---- lifecycle (optional) ------------------------------------------- */
+  /* Called once after loading. Must be cheap: no driver initialisation.
+   * Sets *state (may stay NULL). A failure makes the load fail with err. */
+  int (*init)(void **state, devbuf_error *err);
+  /* Called once when the host unloads the plugin. */
+  void (*shutdown)(void *state);
+
+  /* ---- devices (mandatory) -------------------------------------------- */
+  /* Number of devices. The first call may initialise the driver. With no
+   * device, return DEVBUF_ENODEV and say why in err. */
+  int (*device_count)(void *state, int *count, devbuf_error *err);
+  int (*device_props)(void *state, int device, devbuf_device_props *props, devbuf_error *err);
+
+  /* ---- memory (mandatory) ---------------------------------------------- */
+  /* Allocate `size` bytes (size 0 allowed: returns a unique non-NULL handle)
+   * aligned to at least `alignment` (0 = the device's default), ordered on
+   * `stream` (NULL = the device's default stream). The memory is usable by
+   * work on `stream` at once and by other streams after they sync with it.
+   * *ptr is a device pointer or handle owned by the caller until mem_free. */
+  int (*mem_alloc)(void *state, int device, size_t size, size_t alignment, void *stream,
+                   void **ptr, devbuf_error *err);
+  /* Free memory from mem_alloc, ordered on `stream`. */
+  int (*mem_free)(void *state, int device, void *ptr, void *stream, devbuf_error *err);
+
+  /* ---- copies (mandatory) ---------------------------------------------- */
+  /* Asynchronous with respect to the host: complete only after the stream
+   * (or an event recorded after them) is synchronized. The host buffer must
+   * stay valid until then. Device memory is addressed as (handle, offset)
+   * so that handle-based APIs (OpenCL cl_mem) work too. */
+  int (*copy_h2d)(void *state, int device, void *dst, size_t dst_offset, const void *src,
+                  size_t nbytes, void *stream, devbuf_error *err);
+  int (*copy_d2h)(void *state, int device, void *dst, const void *src, size_t src_offset,
+                  size_t nbytes, void *stream, devbuf_error *err);
+  int (*copy_d2d)(void *state, int device, void *dst, size_t dst_offset, const void *src,
+                  size_t src_offset, size_t nbytes, void *stream, devbuf_error *err);
+
+  /* ---- streams (mandatory) --------------------------------------------- */
+  /* stream NULL always names the device's default stream, which exists
+   * without being created. A synchronous plugin may hand out NULL. */
+  int (*stream_create)(void *state, int device, void **stream, devbuf_error *err);
+  int (*stream_destroy)(void *state, int device, void *stream, devbuf_error *err);
+  int (*stream_synchronize)(void *state, int device, void *stream, devbuf_error *err);
+
+  /* ---- events (mandatory) ----------------------------------------------- */
+  int (*event_create)(void *state, int device, void **event, devbuf_error *err);
+  int (*event_destroy)(void *state, int device, void *event, devbuf_error *err);
+  /* Capture all work submitted to `stream` so far. */
+  int (*event_record)(void *state, int device, void *event, void *stream, devbuf_error *err);
+  /* Make future work on `stream` wait for `event` (does not block the host). */
+  int (*stream_wait_event)(void *state, int device, void *stream, void *event,
+                           devbuf_error *err);
+  /* Block the host until `event` completes. */
+  int (*event_synchronize)(void *state, int device, void *event, devbuf_error *err);
+  /* DEVBUF_OK if complete, DEVBUF_EBUSY if not yet. */
+  int (*event_query)(void *state, int device, void *event, devbuf_error *err);
+
+  /* ---- device_info (optional; NULL = the devbuf_device_info layout) ----- */
+  /* Write the device_info for `identifier` (one of this plugin's) describing
+   * data on `device` that is ready once `event` completes (event may be
+   * NULL). *size receives the bytes written (<= capacity). */
+  int (*device_info_export)(void *state, const char *identifier, int device, void *event,
+                            void *stream, uint32_t flags, void *out, size_t capacity,
+                            size_t *size, devbuf_error *err);
+  /* Validate a device_info received from a producer for `identifier` and
+   * describe it. Must reject what it cannot prove sane (bad size, version,
+   * ordinal out of range, nonzero reserved). */
+  int (*device_info_import)(void *state, const char *identifier, const void *info,
+                            devbuf_device_info_desc *out, devbuf_error *err);
+
+  /* ---- dtype namespaces (optional) ------------------------------------ */
+  /* NULL-terminated list of namespaces this plugin interprets, or NULL. */
+  const devbuf_dtype_namespace *const *dtype_namespaces;
+
+  /* ---- host staging (optional) ---------------------------------------- */
+  /* Page-locked host memory for fast device<->host copies. */
+  int (*host_alloc)(void *state, int device, size_t size, void **ptr, devbuf_error *err);
+  int (*host_free)(void *state, int device, void *ptr, devbuf_error *err);
+
+  /* ---- extension functions (optional) --------------------------------- */
+  /* Array of `ext_function_count` entries, or NULL. */
+  const devbuf_ext_function *ext_functions;
+  size_t ext_function_count;
+
+  /* New fields go here, and only here. */
+};
+
+/* The smallest table a v1 host accepts: up to and including event_query. */
+#define DEVBUF_PLUGIN_TABLE_V1_SIZE \
+  (offsetof(devbuf_plugin_table, event_query) + sizeof(void (*)(void)))
+
+/* The signature of the entry symbol. */
+typedef const devbuf_plugin_table *(*devbuf_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DEVBUF_PLUGIN_H */
