@@ -81,9 +81,16 @@ static inline void devbuf_error_clear(devbuf_error *err) {
 /* Prefix the message with "what: " (used when an error travels up a layer). */
 static inline void devbuf_error_prefix(devbuf_error *err, const char *what) {
   if (err != NULL && what != NULL) {
-    char tmp[DEVBUF_ERROR_MESSAGE_SIZE];
-    snprintf(tmp, sizeof tmp, "%s: %s", what, err->message);
-    memcpy(err->message, tmp, sizeof tmp);
+    size_t cap = sizeof err->message;
+    size_t wlen = strlen(what);
+    size_t mlen = strnlen(err->message, cap - 1);
+    if (wlen + 2 >= cap) wlen = cap - 3;
+    if (wlen + 2 + mlen >= cap) mlen = cap - 1 - wlen - 2; /* truncate the tail */
+    memmove(err->message + wlen + 2, err->message, mlen);
+    memcpy(err->message, what, wlen);
+    err->message[wlen] = ':';
+    err->message[wlen + 1] = ' ';
+    err->message[wlen + 2 + mlen] = '\0';
   }
 }
 

@@ -1,0 +1,419 @@
+/* Checked wrappers over a plugin's table: argument checks, error context,
+ * allocation bookkeeping (live bytes for leak checks, double and foreign
+ * frees caught before they reach the plugin). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- allocation map ---------------------------------------------------------- */
+
+#define AM_EMPTY ((uintptr_t)0)
+#define AM_TOMB ((uintptr_t)1)
+
+static size_t am_hash(uintptr_t k, size_t cap) {
+  uint64_t x = (uint64_t)k;
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33;
+  return (size_t)x & (cap - 1);
+}
+
+/* Keys 0 and 1 are reserved markers; store key+2 so that any pointer fits. */
+static int am_grow(devbuf_allocmap *m) {
+  size_t ncap = m->capacity ? m->capacity * 2 : 64;
+  uintptr_t *nk = calloc(ncap, sizeof *nk);
+  size_t *ns = calloc(ncap, sizeof *ns);
+  if (!nk || !ns) { free(nk); free(ns); return DEVBUF_ENOMEM; }
+  for (size_t i = 0; i < m->capacity; i++) {
+    uintptr_t k = m->keys[i];
+    if (k == AM_EMPTY || k == AM_TOMB) continue;
+    size_t j = am_hash(k, ncap);
+    while (nk[j] != AM_EMPTY) j = (j + 1) & (ncap - 1);
+    nk[j] = k;
+    ns[j] = m->sizes[i];
+  }
+  free(m->keys); free(m->sizes);
+  m->keys = nk; m->sizes = ns; m->capacity = ncap; m->tombstones = 0;
+  return DEVBUF_OK;
+}
+
+static int am_insert(devbuf_allocmap *m, void *p, size_t size) {
+  if ((m->count + m->tombstones + 1) * 4 >= m->capacity * 3) {
+    if (am_grow(m) != DEVBUF_OK) return DEVBUF_ENOMEM;
+  }
+  uintptr_t k = (uintptr_t)p + 2;
+  size_t j = am_hash(k, m->capacity);
+  while (m->keys[j] != AM_EMPTY && m->keys[j] != AM_TOMB) {
+    if (m->keys[j] == k) { m->sizes[j] = size; return DEVBUF_OK; }
+    j = (j + 1) & (m->capacity - 1);
+  }
+  if (m->keys[j] == AM_TOMB) m->tombstones--;
+  m->keys[j] = k;
+  m->sizes[j] = size;
+  m->count++;
+  return DEVBUF_OK;
+}
+
+/* 1 and *size if found (and removed when `remove`). */
+static int am_find(devbuf_allocmap *m, void *p, size_t *size, int remove) {
+  if (m->capacity == 0) return 0;
+  uintptr_t k = (uintptr_t)p + 2;
+  size_t j = am_hash(k, m->capacity);
+  while (m->keys[j] != AM_EMPTY) {
+    if (m->keys[j] == k) {
+      if (size) *size = m->sizes[j];
+      if (remove) { m->keys[j] = AM_TOMB; m->tombstones++; m->count--; }
+      return 1;
+    }
+    j = (j + 1) & (m->capacity - 1);
+  }
+  return 0;
+}
+
+/* ---- checks ------------------------------------------------------------------------ */
+
+static int check_dev(const devbuf_device *dev, const char *op, devbuf_error *err) {
+  if (dev == NULL || dev->backend == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device is NULL (open one with devbuf_device_open)", op);
+  devbuf_backend *b = dev->backend;
+  if (b->state != DEVBUF_PLUGIN_LOADED)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "%s: %s:%d: plugin '%s' is no longer registered", op,
+                            dev->identifier, dev->ordinal, b->name ? b->name : "?");
+  if (dev->ordinal < 0 || dev->ordinal >= b->count)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "%s: %s:%d: no such device", op, dev->identifier,
+                            dev->ordinal);
+  return DEVBUF_OK;
+}
+
+/* A plugin call failed: make sure the message exists and says where. */
+static int plugin_failed(const devbuf_device *dev, const char *op, int rc, devbuf_error *err) {
+  if (err == NULL) return rc;
+  if (rc < 0) rc = DEVBUF_EBACKEND; /* a plugin broke the contract: keep codes in range */
+  if (err->message[0] == '\0')
+    snprintf(err->message, sizeof err->message, "%s failed with %s (the plugin gave no message)",
+             op, devbuf_status_name(rc));
+  err->code = rc;
+  char tmp[DEVBUF_ERROR_MESSAGE_SIZE];
+  snprintf(tmp, sizeof tmp, "%s:%d: %s", dev->identifier, dev->ordinal, err->message);
+  memcpy(err->message, tmp, sizeof tmp);
+  return rc;
+}
+
+#define CALL(dev, op, slot, ...)                                                        \
+  do {                                                                                  \
+    int rc_ = check_dev((dev), op, err);                                                \
+    if (rc_) return rc_;                                                                \
+    devbuf_backend *b_ = (dev)->backend;                                                \
+    if (b_->table.slot == NULL)                                                         \
+      return devbuf_error_set(err, DEVBUF_ENOTSUP, "%s:%d: %s: plugin '%s' does not implement it", \
+                              (dev)->identifier, (dev)->ordinal, op, b_->name);          \
+    if (err) devbuf_error_clear(err);                                                   \
+    rc_ = b_->table.slot(b_->plugin_state, (dev)->ordinal, __VA_ARGS__, err);           \
+    if (rc_) return plugin_failed((dev), op, rc_, err);                                 \
+  } while (0)
+
+int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props,
+                            devbuf_error *err) {
+  if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: props is NULL");
+  memset(props, 0, sizeof *props);
+  props->struct_size = sizeof *props;
+  props->dlpack_device_type = -1;
+  CALL(dev, "device_props", device_props, props);
+  props->struct_size = sizeof *props;
+  return DEVBUF_OK;
+}
+
+int devbuf_mem_alloc(const devbuf_device *dev, size_t size, size_t alignment, void *stream,
+                     void **ptr, devbuf_error *err) {
+  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: ptr is NULL");
+  if (alignment & (alignment - 1))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: alignment %zu is not a power of two", alignment);
+  *ptr = NULL;
+  CALL(dev, "mem_alloc", mem_alloc, size, alignment, stream, ptr);
+  devbuf_backend *b = dev->backend;
+  if (*ptr == NULL) /* contract: success gives a non-NULL handle */
+    return devbuf_error_set(err, DEVBUF_EBACKEND, "%s:%d: mem_alloc: plugin '%s' returned success and a NULL pointer",
+                            dev->identifier, dev->ordinal, b->name);
+  pthread_mutex_lock(&b->lock);
+  int rc = am_insert(&b->allocs, *ptr, size);
+  pthread_mutex_unlock(&b->lock);
+  if (rc != DEVBUF_OK) {
+    b->table.mem_free(b->plugin_state, dev->ordinal, *ptr, stream, NULL);
+    *ptr = NULL;
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: out of host memory for bookkeeping");
+  }
+  atomic_fetch_add(&b->live_allocations, 1);
+  atomic_fetch_add(&b->live_bytes, size);
+  atomic_fetch_add(&b->total_allocations, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_mem_free(const devbuf_device *dev, void *ptr, void *stream, devbuf_error *err) {
+  int rc = check_dev(dev, "mem_free", err);
+  if (rc) return rc;
+  if (ptr == NULL) return DEVBUF_OK; /* like free(NULL) */
+  devbuf_backend *b = dev->backend;
+  size_t size = 0;
+  pthread_mutex_lock(&b->lock);
+  int found = am_find(&b->allocs, ptr, &size, 1);
+  pthread_mutex_unlock(&b->lock);
+  if (!found)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "%s:%d: mem_free: pointer %p was not allocated through this device, "
+                            "or was already freed", dev->identifier, dev->ordinal, ptr);
+  if (err) devbuf_error_clear(err);
+  rc = b->table.mem_free(b->plugin_state, dev->ordinal, ptr, stream, err);
+  if (rc) {
+    pthread_mutex_lock(&b->lock); /* still the caller's: put it back */
+    am_insert(&b->allocs, ptr, size);
+    pthread_mutex_unlock(&b->lock);
+    return plugin_failed(dev, "mem_free", rc, err);
+  }
+  atomic_fetch_sub(&b->live_allocations, 1);
+  atomic_fetch_sub(&b->live_bytes, size);
+  return DEVBUF_OK;
+}
+
+int devbuf_host_alloc(const devbuf_device *dev, size_t size, void **ptr, devbuf_error *err) {
+  int rc = check_dev(dev, "host_alloc", err);
+  if (rc) return rc;
+  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "host_alloc: ptr is NULL");
+  devbuf_backend *b = dev->backend;
+  if (b->table.host_alloc == NULL) {
+    /* No staging memory: plain page-aligned host memory, freed with host_free. */
+    if (posix_memalign(ptr, 4096, size ? size : 1) != 0)
+      return devbuf_error_set(err, DEVBUF_ENOMEM, "host_alloc: cannot allocate %zu host bytes", size);
+  } else {
+    CALL(dev, "host_alloc", host_alloc, size, ptr);
+  }
+  atomic_fetch_add(&b->live_host_allocations, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_host_free(const devbuf_device *dev, void *ptr, devbuf_error *err) {
+  int rc = check_dev(dev, "host_free", err);
+  if (rc) return rc;
+  if (ptr == NULL) return DEVBUF_OK;
+  devbuf_backend *b = dev->backend;
+  if (b->table.host_free == NULL || b->table.host_alloc == NULL) {
+    free(ptr);
+  } else {
+    CALL(dev, "host_free", host_free, ptr);
+  }
+  atomic_fetch_sub(&b->live_host_allocations, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_stream_create(const devbuf_device *dev, void **stream, devbuf_error *err) {
+  if (stream == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_create: stream is NULL");
+  *stream = NULL;
+  CALL(dev, "stream_create", stream_create, stream);
+  atomic_fetch_add(&dev->backend->live_streams, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_stream_destroy(const devbuf_device *dev, void *stream, devbuf_error *err) {
+  CALL(dev, "stream_destroy", stream_destroy, stream);
+  atomic_fetch_sub(&dev->backend->live_streams, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_stream_synchronize(const devbuf_device *dev, void *stream, devbuf_error *err) {
+  CALL(dev, "stream_synchronize", stream_synchronize, stream);
+  return DEVBUF_OK;
+}
+
+int devbuf_event_create(const devbuf_device *dev, void **event, devbuf_error *err) {
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_create: event is NULL");
+  *event = NULL;
+  CALL(dev, "event_create", event_create, event);
+  atomic_fetch_add(&dev->backend->live_events, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_event_destroy(const devbuf_device *dev, void *event, devbuf_error *err) {
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_destroy: event is NULL");
+  CALL(dev, "event_destroy", event_destroy, event);
+  atomic_fetch_sub(&dev->backend->live_events, 1);
+  return DEVBUF_OK;
+}
+
+int devbuf_event_record(const devbuf_device *dev, void *event, void *stream, devbuf_error *err) {
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_record: event is NULL");
+  CALL(dev, "event_record", event_record, event, stream);
+  return DEVBUF_OK;
+}
+
+int devbuf_stream_wait_event(const devbuf_device *dev, void *stream, void *event,
+                             devbuf_error *err) {
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_wait_event: event is NULL");
+  CALL(dev, "stream_wait_event", stream_wait_event, stream, event);
+  return DEVBUF_OK;
+}
+
+int devbuf_event_synchronize(const devbuf_device *dev, void *event, devbuf_error *err) {
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_synchronize: event is NULL");
+  CALL(dev, "event_synchronize", event_synchronize, event);
+  return DEVBUF_OK;
+}
+
+int devbuf_event_query(const devbuf_device *dev, void *event, devbuf_error *err) {
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_query: event is NULL");
+  int rc = check_dev(dev, "event_query", err);
+  if (rc) return rc;
+  devbuf_backend *b = dev->backend;
+  if (err) devbuf_error_clear(err);
+  rc = b->table.event_query(b->plugin_state, dev->ordinal, event, err);
+  if (rc == DEVBUF_EBUSY || rc == DEVBUF_OK) return rc; /* EBUSY = not yet: not an error */
+  return plugin_failed(dev, "event_query", rc, err);
+}
+
+/* Bounds of a copy against the runtime's own record, when it has one. */
+static int check_range(const devbuf_device *dev, const char *op, const void *ptr, size_t off,
+                       size_t n, devbuf_error *err) {
+  devbuf_backend *b = dev->backend;
+  size_t size = 0;
+  pthread_mutex_lock(&b->lock);
+  int known = am_find(&b->allocs, (void *)ptr, &size, 0);
+  pthread_mutex_unlock(&b->lock);
+  if (known && (off > size || n > size - off))
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "%s:%d: %s: range [%zu, %zu+%zu) is outside the %zu-byte allocation %p",
+                            dev->identifier, dev->ordinal, op, off, off, n, size, ptr);
+  return DEVBUF_OK;
+}
+
+int devbuf_copy_h2d(const devbuf_device *dev, void *dst, size_t dst_offset, const void *src,
+                    size_t nbytes, void *stream, devbuf_error *err) {
+  int rc = check_dev(dev, "copy_h2d", err);
+  if (rc) return rc;
+  if ((dst == NULL || src == NULL) && nbytes)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_h2d: NULL %s", dst ? "source" : "destination");
+  if ((rc = check_range(dev, "copy_h2d", dst, dst_offset, nbytes, err))) return rc;
+  CALL(dev, "copy_h2d", copy_h2d, dst, dst_offset, src, nbytes, stream);
+  return DEVBUF_OK;
+}
+
+int devbuf_copy_d2h(const devbuf_device *dev, void *dst, const void *src, size_t src_offset,
+                    size_t nbytes, void *stream, devbuf_error *err) {
+  int rc = check_dev(dev, "copy_d2h", err);
+  if (rc) return rc;
+  if ((dst == NULL || src == NULL) && nbytes)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2h: NULL %s", dst ? "source" : "destination");
+  if ((rc = check_range(dev, "copy_d2h", src, src_offset, nbytes, err))) return rc;
+  CALL(dev, "copy_d2h", copy_d2h, dst, src, src_offset, nbytes, stream);
+  return DEVBUF_OK;
+}
+
+int devbuf_copy_d2d(const devbuf_device *dev, void *dst, size_t dst_offset, const void *src,
+                    size_t src_offset, size_t nbytes, void *stream, devbuf_error *err) {
+  int rc = check_dev(dev, "copy_d2d", err);
+  if (rc) return rc;
+  if ((dst == NULL || src == NULL) && nbytes)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2d: NULL %s", dst ? "source" : "destination");
+  if ((rc = check_range(dev, "copy_d2d", src, src_offset, nbytes, err))) return rc;
+  if ((rc = check_range(dev, "copy_d2d", dst, dst_offset, nbytes, err))) return rc;
+  CALL(dev, "copy_d2d", copy_d2d, dst, dst_offset, src, src_offset, nbytes, stream);
+  return DEVBUF_OK;
+}
+
+int devbuf_copy_to_host_sync(const devbuf_device *dev, void *dst, const void *src,
+                             size_t src_offset, size_t nbytes, void *event, devbuf_error *err) {
+  void *stream = NULL;
+  int rc = devbuf_stream_create(dev, &stream, err);
+  if (rc) return rc;
+  if (event) rc = devbuf_stream_wait_event(dev, stream, event, err);
+  if (!rc) rc = devbuf_copy_d2h(dev, dst, src, src_offset, nbytes, stream, err);
+  int src_rc = devbuf_stream_synchronize(dev, stream, rc ? NULL : err);
+  if (!rc) rc = src_rc;
+  devbuf_stream_destroy(dev, stream, NULL);
+  return rc;
+}
+
+int devbuf_copy_from_host_sync(const devbuf_device *dev, void *dst, size_t dst_offset,
+                               const void *src, size_t nbytes, devbuf_error *err) {
+  void *stream = NULL;
+  int rc = devbuf_stream_create(dev, &stream, err);
+  if (rc) return rc;
+  rc = devbuf_copy_h2d(dev, dst, dst_offset, src, nbytes, stream, err);
+  int src_rc = devbuf_stream_synchronize(dev, stream, rc ? NULL : err);
+  if (!rc) rc = src_rc;
+  devbuf_stream_destroy(dev, stream, NULL);
+  return rc;
+}
+
+/* ---- device_info ------------------------------------------------------------------ */
+
+int devbuf_device_info_export(const devbuf_device *dev, void *event, void *stream,
+                              uint32_t flags, void *out, size_t capacity, size_t *size,
+                              devbuf_error *err) {
+  int rc = check_dev(dev, "device_info_export", err);
+  if (rc) return rc;
+  if (out == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: out is NULL");
+  devbuf_backend *b = dev->backend;
+  if (b->table.device_info_export) {
+    size_t written = 0;
+    if (err) devbuf_error_clear(err);
+    rc = b->table.device_info_export(b->plugin_state, dev->identifier, dev->ordinal, event,
+                                     stream, flags, out, capacity, &written, err);
+    if (rc) return plugin_failed(dev, "device_info_export", rc, err);
+    if (size) *size = written;
+    return DEVBUF_OK;
+  }
+  /* Default: the devbuf_device_info layout. */
+  if (capacity < sizeof(devbuf_device_info))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: capacity %zu < %zu", capacity,
+                            sizeof(devbuf_device_info));
+  devbuf_device_info *di = out;
+  memset(di, 0, sizeof *di);
+  di->struct_size = sizeof *di;
+  di->version = DEVBUF_DEVICE_INFO_VERSION;
+  di->device_ordinal = dev->ordinal;
+  di->flags = flags;
+  di->event = event;
+  di->stream = stream;
+  if (size) *size = sizeof *di;
+  return DEVBUF_OK;
+}
+
+int devbuf_device_info_import(const char *identifier, const void *info,
+                              devbuf_device_info_desc *desc, devbuf_device *dev,
+                              devbuf_error *err) {
+  const char *in = NULL;
+  size_t idx = 0;
+  int rc = devbuf_identifier_lookup(identifier, &in, &idx, err);
+  if (rc) return rc;
+  devbuf_backend *b = devbuf__backend_get(idx);
+  devbuf_device_info_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  if (info == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device_info is NULL", identifier);
+  if (b->table.device_info_import) {
+    if (err) devbuf_error_clear(err);
+    rc = b->table.device_info_import(b->plugin_state, in, info, &d, err);
+    if (rc) {
+      if (err && !err->message[0])
+        snprintf(err->message, sizeof err->message, "device_info rejected (%s)", devbuf_status_name(rc));
+      if (err) devbuf_error_prefix(err, identifier);
+      return rc;
+    }
+  } else {
+    const devbuf_device_info *di = info;
+    if (di->struct_size < sizeof *di)
+      return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device_info struct_size %u < %zu", identifier,
+                              di->struct_size, sizeof *di);
+    if (di->version != DEVBUF_DEVICE_INFO_VERSION)
+      return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device_info version %u, expected %d", identifier,
+                              di->version, DEVBUF_DEVICE_INFO_VERSION);
+    d.flags = di->flags;
+    d.device_ordinal = di->device_ordinal;
+    d.event = di->event;
+    d.stream = di->stream;
+  }
+  devbuf_device tmp;
+  rc = devbuf_device_open2(in, d.device_ordinal, &tmp, err);
+  if (rc) return rc;
+  if (desc) *desc = d;
+  if (dev) *dev = tmp;
+  return DEVBUF_OK;
+}

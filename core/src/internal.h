@@ -1,0 +1,84 @@
+/* Internal state of libdevbuf shared between core/ and registry/. Not installed. */
+#ifndef DEVBUF_INTERNAL_H
+#define DEVBUF_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "devbuf/runtime.h"
+
+#define DEVBUF_MAX_PLUGINS 256
+#define DEVBUF_MAX_SEARCH 64
+
+/* Pointer -> size map of live device allocations of one backend: lets the
+ * runtime count bytes for leak checks and refuse a double or foreign free
+ * instead of handing it to the plugin. Open addressing, guarded by `lock`. */
+typedef struct devbuf_allocmap {
+  uintptr_t *keys; /* 0 = empty, 1 = tombstone */
+  size_t *sizes;
+  size_t capacity, count, tombstones;
+} devbuf_allocmap;
+
+struct devbuf_backend {
+  size_t index;
+  int state;       /* enum devbuf_plugin_state */
+  int error_code;  /* why FAILED */
+  char *path;
+  char *source;
+  char *name, *version, *description;
+  uint16_t abi_major, abi_minor;
+  char *reason;                 /* "" when loaded without remark */
+  const char **identifiers;     /* interned, NULL-terminated (empty if failed) */
+  devbuf_plugin_table table;    /* zero-padded copy: fields past struct_size are NULL */
+  void *plugin_state;           /* from init */
+  void *dl_handle;              /* NULL for registered tables */
+
+  /* device count, probed once */
+  pthread_mutex_t lock;
+  int count_probed;
+  int count_status;
+  int count;
+  char count_reason[DEVBUF_ERROR_MESSAGE_SIZE];
+
+  devbuf_allocmap allocs;       /* guarded by lock */
+  _Atomic uint64_t live_allocations, live_bytes, total_allocations;
+  _Atomic uint64_t live_streams, live_events, live_host_allocations;
+};
+
+/* The global runtime. Backends are appended, never freed or moved: readers
+ * load `nbackends` (acquire) and index without the lock. */
+typedef struct devbuf_runtime {
+  pthread_mutex_t lock;
+  devbuf_backend *backends[DEVBUF_MAX_PLUGINS];
+  _Atomic size_t nbackends;
+  devbuf_search_entry search[DEVBUF_MAX_SEARCH];
+  size_t nsearch;
+} devbuf_runtime;
+
+extern devbuf_runtime devbuf__rt;
+
+/* util.c */
+char *devbuf__strdup(const char *s);
+char *devbuf__printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int devbuf__printable(const char *s, size_t max);
+
+/* loader.c */
+void devbuf__discover(void);
+int devbuf__load_file(const char *path, const char *source, size_t *index, devbuf_error *err);
+int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const char *source,
+                      void *dl_handle, size_t *index, devbuf_error *err);
+
+/* registry/src/identifiers.c: interned identifiers, guarded by devbuf__rt.lock
+ * for writers; lookups are lock-free over an append-only array. */
+const char *devbuf__intern(const char *s); /* caller holds devbuf__rt.lock */
+int devbuf__ident_claim(const char *interned, size_t backend_index, size_t *owner);
+void devbuf__ident_release_backend(size_t backend_index);
+int devbuf__ident_find(const char *identifier, const char **interned, size_t *backend_index);
+
+/* backend.c */
+devbuf_backend *devbuf__backend_get(size_t index);
+int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *err);
+
+#endif /* DEVBUF_INTERNAL_H */

@@ -1,0 +1,380 @@
+/* The plugin loader: discovery, dlopen, table validation, registration.
+ *
+ * Every plugin file found gets a record, loaded or not, so that devbuf-info
+ * can say why something is missing. A broken plugin never stops the others
+ * and never crashes the host: the table is read only up to the struct_size
+ * it declares, every mandatory slot and string is checked before use. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+
+#define HEADER_SIZE (offsetof(devbuf_plugin_table, abi_minor) + sizeof(uint16_t))
+#define MAX_NAME 64
+#define MAX_TEXT 256
+
+static devbuf_backend *new_record(const char *path, const char *source) {
+  devbuf_backend *b = calloc(1, sizeof *b);
+  if (b == NULL) return NULL;
+  b->path = devbuf__strdup(path ? path : "");
+  b->source = devbuf__strdup(source ? source : "explicit");
+  b->reason = devbuf__strdup("");
+  b->identifiers = calloc(1, sizeof(char *));
+  pthread_mutex_init(&b->lock, NULL);
+  if (!b->path || !b->source || !b->reason || !b->identifiers) {
+    free(b->path); free(b->source); free(b->reason); free(b->identifiers); free(b);
+    return NULL;
+  }
+  return b;
+}
+
+/* Publish a record; caller holds devbuf__rt.lock. */
+static int publish(devbuf_backend *b, size_t *index, devbuf_error *err) {
+  size_t n = atomic_load(&devbuf__rt.nbackends);
+  if (n >= DEVBUF_MAX_PLUGINS)
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "too many plugins (limit %d)", DEVBUF_MAX_PLUGINS);
+  b->index = n;
+  devbuf__rt.backends[n] = b;
+  atomic_store_explicit(&devbuf__rt.nbackends, n + 1, memory_order_release);
+  if (index) *index = n;
+  return DEVBUF_OK;
+}
+
+static int fail_record(devbuf_backend *b, int code, size_t *index, devbuf_error *err,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Mark `b` failed with a reason, publish it, and report the same error. */
+static int fail_record(devbuf_backend *b, int code, size_t *index, devbuf_error *err,
+                       const char *fmt, ...) {
+  char msg[DEVBUF_ERROR_MESSAGE_SIZE];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  b->state = DEVBUF_PLUGIN_FAILED;
+  b->error_code = code;
+  free(b->reason);
+  b->reason = devbuf__strdup(msg);
+  pthread_mutex_lock(&devbuf__rt.lock);
+  int rc = publish(b, index, NULL);
+  pthread_mutex_unlock(&devbuf__rt.lock);
+  if (rc != DEVBUF_OK) { /* could not even record it: free it */
+    free(b->path); free(b->source); free(b->reason); free(b->identifiers);
+    free(b->name); free(b->version); free(b->description); free(b);
+  }
+  return devbuf_error_set(err, code, "%s", msg);
+}
+
+static const char *slot_names[] = {"device_count", "device_props", "mem_alloc", "mem_free",
+                                   "copy_h2d", "copy_d2h", "copy_d2d", "stream_create",
+                                   "stream_destroy", "stream_synchronize", "event_create",
+                                   "event_destroy", "event_record", "stream_wait_event",
+                                   "event_synchronize", "event_query"};
+
+static const void *slot_value(const devbuf_plugin_table *t, size_t i) {
+  const void *v[] = {(const void *)t->device_count,      (const void *)t->device_props,
+                     (const void *)t->mem_alloc,         (const void *)t->mem_free,
+                     (const void *)t->copy_h2d,          (const void *)t->copy_d2h,
+                     (const void *)t->copy_d2d,          (const void *)t->stream_create,
+                     (const void *)t->stream_destroy,    (const void *)t->stream_synchronize,
+                     (const void *)t->event_create,      (const void *)t->event_destroy,
+                     (const void *)t->event_record,      (const void *)t->stream_wait_event,
+                     (const void *)t->event_synchronize, (const void *)t->event_query};
+  return v[i];
+}
+
+/* Is this plugin allowed to claim the reserved identifier "cpu"? Only devbuf's
+ * own cpu plugin, found in devbuf's own plugin directory. */
+static int may_claim_cpu(const devbuf_backend *b) {
+  return b->name && strcmp(b->name, "cpu") == 0 &&
+         (strcmp(b->source, "install") == 0 || strcmp(b->source, "build tree") == 0);
+}
+
+int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const char *source,
+                      void *dl_handle, size_t *index, devbuf_error *err) {
+  devbuf_backend *b = new_record(path, source);
+  if (b == NULL) {
+    if (dl_handle) dlclose(dl_handle);
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory recording plugin %s", path);
+  }
+  int rc;
+  if (table == NULL) {
+    rc = fail_record(b, DEVBUF_EABI, index, err, "%s: %s() returned NULL", path,
+                     DEVBUF_PLUGIN_ENTRY_NAME);
+    goto fail;
+  }
+  /* Read the size before anything else, and nothing past it. */
+  uint32_t size = table->struct_size;
+  if (size < HEADER_SIZE) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s: table struct_size %u is too small to hold even the ABI header "
+                     "(%zu bytes)", path, size, (size_t)HEADER_SIZE);
+    goto fail;
+  }
+  b->abi_major = table->abi_major;
+  b->abi_minor = table->abi_minor;
+  if (table->abi_major != DEVBUF_ABI_MAJOR) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s: plugin was built for devbuf plugin ABI %u.%u, this runtime speaks "
+                     "ABI %d.%d (major versions must match; rebuild the plugin against this "
+                     "devbuf)", path, table->abi_major, table->abi_minor, DEVBUF_ABI_MAJOR,
+                     DEVBUF_ABI_MINOR);
+    goto fail;
+  }
+  if (size < DEVBUF_PLUGIN_TABLE_V1_SIZE) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s: short table: struct_size %u is less than the %zu bytes that ABI %d.0 "
+                     "requires", path, size, (size_t)DEVBUF_PLUGIN_TABLE_V1_SIZE,
+                     DEVBUF_ABI_MAJOR);
+    goto fail;
+  }
+  /* Zero-padded host copy: fields the plugin did not declare read as NULL. */
+  memset(&b->table, 0, sizeof b->table);
+  memcpy(&b->table, table, size < sizeof b->table ? size : sizeof b->table);
+  b->table.struct_size = size < sizeof b->table ? size : (uint32_t)sizeof b->table;
+  const devbuf_plugin_table *t = &b->table;
+
+  if (!devbuf__printable(t->name, MAX_NAME) || t->name[0] == '\0') {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s: table 'name' is NULL, empty, non-printable or longer than %d bytes",
+                     path, MAX_NAME);
+    goto fail;
+  }
+  b->name = devbuf__strdup(t->name);
+  if (!devbuf__printable(t->version, MAX_NAME)) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s (%s): table 'version' is NULL, non-printable or too long", path, b->name);
+    goto fail;
+  }
+  b->version = devbuf__strdup(t->version);
+  b->description = devbuf__strdup(devbuf__printable(t->description, MAX_TEXT) ? t->description : "");
+  for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0]; i++) {
+    if (slot_value(t, i) == NULL) {
+      rc = fail_record(b, DEVBUF_EABI, index, err,
+                       "%s (%s): mandatory slot '%s' is NULL", path, b->name, slot_names[i]);
+      goto fail;
+    }
+  }
+  if (t->identifiers == NULL || t->identifiers[0] == NULL) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s (%s): the table declares no device identifiers", path, b->name);
+    goto fail;
+  }
+  size_t nids = 0;
+  for (; t->identifiers[nids] != NULL; nids++) {
+    devbuf_error e;
+    if (nids >= 64) {
+      rc = fail_record(b, DEVBUF_EABI, index, err,
+                       "%s (%s): more than 64 identifiers (is the list NULL-terminated?)", path,
+                       b->name);
+      goto fail;
+    }
+    if (devbuf_identifier_check(t->identifiers[nids], &e) != DEVBUF_OK) {
+      rc = fail_record(b, DEVBUF_EABI, index, err, "%s (%s): invalid identifier #%zu: %s",
+                       path, b->name, nids, e.message);
+      goto fail;
+    }
+    if (strcmp(t->identifiers[nids], "cpu") == 0 && !may_claim_cpu(b)) {
+      rc = fail_record(b, DEVBUF_EABI, index, err,
+                       "%s (%s): identifier 'cpu' is reserved (by the buffer-protocol draft, for "
+                       "host memory; only devbuf's own cpu plugin implements it)", path, b->name);
+      goto fail;
+    }
+  }
+  if (t->abi_minor > DEVBUF_ABI_MINOR) {
+    free(b->reason);
+    b->reason = devbuf__printf("plugin ABI %u.%u is newer than this runtime's %d.%d: slots "
+                               "added after %d.%d are ignored", t->abi_major, t->abi_minor,
+                               DEVBUF_ABI_MAJOR, DEVBUF_ABI_MINOR, DEVBUF_ABI_MAJOR,
+                               DEVBUF_ABI_MINOR);
+  }
+
+  /* init runs outside the lock: it may call back into foreign code. */
+  if (t->init != NULL) {
+    devbuf_error e;
+    devbuf_error_clear(&e);
+    int irc = t->init(&b->plugin_state, &e);
+    if (irc != DEVBUF_OK) {
+      rc = fail_record(b, DEVBUF_EINIT, index, err, "%s (%s): init failed: %s: %s", path,
+                       b->name, devbuf_status_name(irc), e.message[0] ? e.message : "(no message)");
+      goto fail;
+    }
+  }
+
+  /* Claim identifiers atomically: all or none. */
+  const char **ids = calloc(nids + 1, sizeof *ids);
+  if (ids == NULL) {
+    if (t->shutdown) t->shutdown(b->plugin_state);
+    rc = fail_record(b, DEVBUF_ENOMEM, index, err, "%s: out of memory", path);
+    goto fail;
+  }
+  pthread_mutex_lock(&devbuf__rt.lock);
+  size_t n = atomic_load(&devbuf__rt.nbackends);
+  for (size_t i = 0; i < nids; i++) {
+    const char *in = devbuf__intern(t->identifiers[i]);
+    size_t owner = 0;
+    int crc = in ? devbuf__ident_claim(in, n, &owner) : DEVBUF_ENOMEM;
+    if (crc != DEVBUF_OK) {
+      devbuf__ident_release_backend(n);
+      pthread_mutex_unlock(&devbuf__rt.lock);
+      free(ids);
+      if (t->shutdown) t->shutdown(b->plugin_state);
+      b->plugin_state = NULL;
+      if (crc == DEVBUF_EEXIST) {
+        devbuf_backend *o = devbuf__rt.backends[owner];
+        rc = fail_record(b, DEVBUF_EEXIST, index, err,
+                         "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s",
+                         path, b->name, t->identifiers[i], o->name ? o->name : "?", o->path);
+      } else {
+        rc = fail_record(b, DEVBUF_ENOMEM, index, err,
+                         "%s (%s): cannot intern identifier '%s' (registry full)", path, b->name,
+                         t->identifiers[i]);
+      }
+      goto fail;
+    }
+    ids[i] = in;
+  }
+  free(b->identifiers);
+  b->identifiers = ids;
+  b->dl_handle = dl_handle;
+  b->state = DEVBUF_PLUGIN_LOADED;
+  rc = publish(b, index, err);
+  pthread_mutex_unlock(&devbuf__rt.lock);
+  if (rc != DEVBUF_OK) {
+    devbuf__ident_release_backend(n);
+    if (t->shutdown) t->shutdown(b->plugin_state);
+    free(ids); free(b->path); free(b->source); free(b->reason);
+    free(b->name); free(b->version); free(b->description); free(b);
+  }
+  return rc;
+
+fail:
+  if (dl_handle) dlclose(dl_handle);
+  return rc;
+}
+
+static int already_loaded(const char *real, size_t *index) {
+  size_t n = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire);
+  for (size_t i = 0; i < n; i++) {
+    devbuf_backend *b = devbuf__rt.backends[i];
+    if (b->dl_handle && strcmp(b->path, real) == 0 && b->state == DEVBUF_PLUGIN_LOADED) {
+      if (index) *index = i;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int devbuf__load_file(const char *path, const char *source, size_t *index, devbuf_error *err) {
+  char real[PATH_MAX];
+  if (path == NULL || path[0] == '\0')
+    return devbuf_error_set(err, DEVBUF_EINVAL, "plugin path is NULL or empty");
+  const char *p = realpath(path, real) ? real : path;
+  if (already_loaded(p, index)) return DEVBUF_OK;
+  dlerror();
+  void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e = dlerror();
+    devbuf_backend *b = new_record(p, source);
+    if (b == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+    return fail_record(b, DEVBUF_ELOAD, index, err, "dlopen %s: %s", p, e ? e : "unknown error");
+  }
+  dlerror();
+  void *sym = dlsym(h, DEVBUF_PLUGIN_ENTRY_NAME);
+  if (sym == NULL) {
+    const char *e = dlerror();
+    devbuf_backend *b = new_record(p, source);
+    dlclose(h);
+    if (b == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+    return fail_record(b, DEVBUF_ELOAD, index, err,
+                       "%s: no entry symbol '%s' (is this a devbuf plugin?): %s", p,
+                       DEVBUF_PLUGIN_ENTRY_NAME, e ? e : "symbol not found");
+  }
+  devbuf_plugin_entry_fn entry;
+  memcpy(&entry, &sym, sizeof entry); /* object -> function pointer, as POSIX allows */
+  return devbuf__add_table(entry(), p, source, h, index, err);
+}
+
+/* ---- discovery ------------------------------------------------------------- */
+
+static void add_search(const char *path, const char *source, int is_file) {
+  if (devbuf__rt.nsearch >= DEVBUF_MAX_SEARCH || path == NULL || path[0] == '\0') return;
+  struct stat st;
+  devbuf_search_entry *e = &devbuf__rt.search[devbuf__rt.nsearch++];
+  e->path = devbuf__strdup(path);
+  e->source = source;
+  e->is_file = is_file;
+  e->exists = stat(path, &st) == 0 && (is_file ? S_ISREG(st.st_mode) : S_ISDIR(st.st_mode));
+}
+
+static int plugin_name_filter(const struct dirent *d) {
+  size_t n = strlen(d->d_name);
+  return strncmp(d->d_name, "devbuf_plugin_", 14) == 0 && n > 17 &&
+         strcmp(d->d_name + n - 3, ".so") == 0;
+}
+
+static void load_dir(const devbuf_search_entry *e) {
+  struct dirent **list = NULL;
+  int n = scandir(e->path, &list, plugin_name_filter, alphasort);
+  if (n < 0) return;
+  for (int i = 0; i < n; i++) {
+    char *full = devbuf__printf("%s/%s", e->path, list[i]->d_name);
+    if (full) devbuf__load_file(full, e->source, NULL, NULL);
+    free(full);
+    free(list[i]);
+  }
+  free(list);
+}
+
+static void split_env(const char *var, const char *source, int is_file) {
+  const char *v = getenv(var);
+  if (v == NULL) return;
+  char *copy = devbuf__strdup(v);
+  if (copy == NULL) return;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save))
+    add_search(tok, source, is_file);
+  free(copy);
+}
+
+/* Directory of libdevbuf itself, via dladdr on one of our own functions. */
+static int library_dir(char *out, size_t cap) {
+  Dl_info info;
+  if (dladdr((void *)&devbuf_init, &info) == 0 || info.dli_fname == NULL) return 0;
+  char real[PATH_MAX];
+  if (realpath(info.dli_fname, real) == NULL) return 0;
+  char *slash = strrchr(real, '/');
+  if (slash == NULL) return 0;
+  *slash = '\0';
+  snprintf(out, cap, "%s", real);
+  return 1;
+}
+
+void devbuf__discover(void) {
+  split_env("DEVBUF_PLUGINS", "DEVBUF_PLUGINS", 1);
+  split_env("DEVBUF_PLUGIN_PATH", "DEVBUF_PLUGIN_PATH", 0);
+  const char *nodef = getenv("DEVBUF_NO_DEFAULT_PLUGINS");
+  if (!(nodef && nodef[0] && strcmp(nodef, "0") != 0)) {
+    char libdir[PATH_MAX];
+    if (library_dir(libdir, sizeof libdir)) {
+      char build_real[PATH_MAX];
+      int in_build = realpath(DEVBUF_BUILD_LIB_DIR, build_real) != NULL &&
+                     strcmp(build_real, libdir) == 0;
+      char *dir = devbuf__printf("%s/%s", libdir, DEVBUF_PLUGIN_INSTALL_REL);
+      if (dir) add_search(dir, in_build ? "build tree" : "install", 0);
+      free(dir);
+    }
+  }
+  for (size_t i = 0; i < devbuf__rt.nsearch; i++) {
+    const devbuf_search_entry *e = &devbuf__rt.search[i];
+    if (e->is_file) /* even a missing file: its record says so */
+      devbuf__load_file(e->path, e->source, NULL, NULL);
+    else if (e->exists)
+      load_dir(e);
+  }
+}

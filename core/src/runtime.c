@@ -1,0 +1,220 @@
+/* The runtime: one-time initialisation, plugin records, device resolution. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+devbuf_runtime devbuf__rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_once(void) { devbuf__discover(); }
+
+int devbuf_init(devbuf_error *err) {
+  (void)err;
+  pthread_once(&g_once, init_once);
+  return DEVBUF_OK;
+}
+
+size_t devbuf_search_path_count(void) {
+  devbuf_init(NULL);
+  return devbuf__rt.nsearch;
+}
+
+const devbuf_search_entry *devbuf_search_path_get(size_t index) {
+  devbuf_init(NULL);
+  return index < devbuf__rt.nsearch ? &devbuf__rt.search[index] : NULL;
+}
+
+devbuf_backend *devbuf__backend_get(size_t index) {
+  size_t n = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire);
+  return index < n ? devbuf__rt.backends[index] : NULL;
+}
+
+size_t devbuf_plugin_count(void) {
+  devbuf_init(NULL);
+  return atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire);
+}
+
+int devbuf_plugin_info_get(size_t index, devbuf_plugin_info *out, devbuf_error *err) {
+  devbuf_init(NULL);
+  devbuf_backend *b = devbuf__backend_get(index);
+  if (b == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf_plugin_info_get: no plugin #%zu (%zu loaded)",
+                            index, devbuf_plugin_count());
+  if (out == NULL || out->struct_size < offsetof(devbuf_plugin_info, table) + sizeof(void *))
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "devbuf_plugin_info_get: out is NULL or out->struct_size not set");
+  out->state = b->state;
+  out->error_code = b->error_code;
+  out->path = b->path;
+  out->source = b->source;
+  out->name = b->name;
+  out->version = b->version;
+  out->description = b->description;
+  out->abi_major = b->abi_major;
+  out->abi_minor = b->abi_minor;
+  out->reason = b->reason;
+  out->identifiers = b->identifiers;
+  out->table = b->state == DEVBUF_PLUGIN_LOADED ? &b->table : NULL;
+  return DEVBUF_OK;
+}
+
+int devbuf_plugin_load(const char *path, size_t *index, devbuf_error *err) {
+  devbuf_init(NULL);
+  return devbuf__load_file(path, "explicit", index, err);
+}
+
+int devbuf_plugin_register(const devbuf_plugin_table *table, const char *origin, size_t *index,
+                           devbuf_error *err) {
+  devbuf_init(NULL);
+  char *path = devbuf__printf("<registered: %s>", origin ? origin : "?");
+  if (path == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  int rc = devbuf__add_table(table, path, "registered", NULL, index, err);
+  free(path);
+  return rc;
+}
+
+int devbuf_plugin_unregister(size_t index, devbuf_error *err) {
+  devbuf_init(NULL);
+  devbuf_backend *b = devbuf__backend_get(index);
+  if (b == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf_plugin_unregister: no plugin #%zu", index);
+  pthread_mutex_lock(&devbuf__rt.lock);
+  if (b->state != DEVBUF_PLUGIN_LOADED) {
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf_plugin_unregister: plugin '%s' (%s) is not loaded",
+                            b->name ? b->name : "?", b->path);
+  }
+  uint64_t a = atomic_load(&b->live_allocations), s = atomic_load(&b->live_streams),
+           e = atomic_load(&b->live_events), h = atomic_load(&b->live_host_allocations);
+  if (a || s || e || h) {
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    return devbuf_error_set(err, DEVBUF_EBUSY,
+                            "devbuf_plugin_unregister: plugin '%s' still has %llu allocation(s), "
+                            "%llu stream(s), %llu event(s), %llu host allocation(s) alive",
+                            b->name, (unsigned long long)a, (unsigned long long)s,
+                            (unsigned long long)e, (unsigned long long)h);
+  }
+  devbuf__ident_release_backend(index);
+  b->state = DEVBUF_PLUGIN_UNREGISTERED;
+  free(b->reason);
+  b->reason = devbuf__strdup("unregistered");
+  pthread_mutex_unlock(&devbuf__rt.lock);
+  if (b->table.shutdown) b->table.shutdown(b->plugin_state);
+  b->plugin_state = NULL;
+  return DEVBUF_OK;
+}
+
+int devbuf_plugin_device_count(size_t index, int *count, devbuf_error *err) {
+  devbuf_init(NULL);
+  devbuf_backend *b = devbuf__backend_get(index);
+  if (b == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "no plugin #%zu", index);
+  return devbuf__backend_device_count(b, count, err);
+}
+
+int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *err) {
+  if (count) *count = 0;
+  if (b->state != DEVBUF_PLUGIN_LOADED)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "plugin %s is not loaded: %s",
+                            b->name ? b->name : b->path, b->reason);
+  pthread_mutex_lock(&b->lock);
+  if (!b->count_probed) {
+    devbuf_error e;
+    devbuf_error_clear(&e);
+    int n = 0;
+    int rc = b->table.device_count(b->plugin_state, &n, &e);
+    if (rc == DEVBUF_OK && n <= 0) {
+      rc = DEVBUF_ENODEV;
+      if (!e.message[0]) snprintf(e.message, sizeof e.message, "the plugin reports 0 devices");
+    }
+    if (rc != DEVBUF_OK && !e.message[0])
+      snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
+               devbuf_status_name(rc));
+    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (rc == DEVBUF_ENODEV ? DEVBUF_ENODEV : rc);
+    b->count = rc == DEVBUF_OK ? n : 0;
+    snprintf(b->count_reason, sizeof b->count_reason, "%s", rc == DEVBUF_OK ? "" : e.message);
+    b->count_probed = 1;
+  }
+  int rc = b->count_status;
+  if (count) *count = b->count;
+  pthread_mutex_unlock(&b->lock);
+  if (rc != DEVBUF_OK)
+    return devbuf_error_set(err, rc, "%s: no device: %s", b->name, b->count_reason);
+  return DEVBUF_OK;
+}
+
+/* ---- devices ----------------------------------------------------------------- */
+
+int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
+                        devbuf_error *err) {
+  const char *in = NULL;
+  size_t idx = 0;
+  int rc = devbuf_identifier_lookup(identifier, &in, &idx, err);
+  if (rc) return rc;
+  devbuf_backend *b = devbuf__backend_get(idx);
+  int n = 0;
+  rc = devbuf__backend_device_count(b, &n, err);
+  if (rc) {
+    if (err) devbuf_error_prefix(err, identifier);
+    return rc;
+  }
+  if (ordinal < 0 || ordinal >= n)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "%s:%d: no such device (plugin '%s' has %d device%s)",
+                            identifier, ordinal, b->name, n, n == 1 ? "" : "s");
+  if (out) {
+    out->identifier = in;
+    out->ordinal = ordinal;
+    out->backend = b;
+  }
+  return DEVBUF_OK;
+}
+
+int devbuf_device_open(const char *spec, devbuf_device *out, devbuf_error *err) {
+  if (spec == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device spec is NULL");
+  const char *colon = strchr(spec, ':');
+  if (colon == NULL) return devbuf_device_open2(spec, 0, out, err);
+  size_t len = (size_t)(colon - spec);
+  if (len == 0 || len > DEVBUF_IDENTIFIER_MAX)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device spec '%s': bad identifier before ':'", spec);
+  char id[DEVBUF_IDENTIFIER_MAX + 1];
+  memcpy(id, spec, len);
+  id[len] = '\0';
+  const char *num = colon + 1;
+  char *end = NULL;
+  if (*num < '0' || *num > '9')
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device spec '%s': expected a device ordinal after ':' at offset %zu",
+                            spec, len + 1);
+  long v = strtol(num, &end, 10);
+  if (*end != '\0' || v > 1 << 20)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device spec '%s': bad device ordinal '%s' (want 'identifier:N')",
+                            spec, num);
+  return devbuf_device_open2(id, (int)v, out, err);
+}
+
+int devbuf_device_count(const char *identifier, int *count, devbuf_error *err) {
+  size_t idx = 0;
+  if (count) *count = 0;
+  int rc = devbuf_identifier_lookup(identifier, NULL, &idx, err);
+  if (rc) return rc;
+  return devbuf__backend_device_count(devbuf__backend_get(idx), count, err);
+}
+
+size_t devbuf_device_plugin_index(const devbuf_device *dev) {
+  return dev && dev->backend ? dev->backend->index : (size_t)-1;
+}
+
+int devbuf_plugin_stats(size_t index, devbuf_stats *out, devbuf_error *err) {
+  devbuf_init(NULL);
+  devbuf_backend *b = devbuf__backend_get(index);
+  if (b == NULL || out == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf_plugin_stats: no plugin #%zu or out is NULL", index);
+  out->live_allocations = atomic_load(&b->live_allocations);
+  out->live_bytes = atomic_load(&b->live_bytes);
+  out->total_allocations = atomic_load(&b->total_allocations);
+  out->live_streams = atomic_load(&b->live_streams);
+  out->live_events = atomic_load(&b->live_events);
+  out->live_host_allocations = atomic_load(&b->live_host_allocations);
+  return DEVBUF_OK;
+}

@@ -1,0 +1,57 @@
+/* Small helpers: versions, status names, strings. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const char *devbuf_version(void) { return DEVBUF_VERSION_STRING; }
+
+void devbuf_abi_version(int *major, int *minor) {
+  if (major) *major = DEVBUF_ABI_MAJOR;
+  if (minor) *minor = DEVBUF_ABI_MINOR;
+}
+
+const char *devbuf_status_name(int code) {
+  static const char *const names[] = {
+      "DEVBUF_OK",       "DEVBUF_EINVAL",    "DEVBUF_ENOMEM",   "DEVBUF_ENODEV",
+      "DEVBUF_ENOTSUP",  "DEVBUF_EBACKEND",  "DEVBUF_EABI",     "DEVBUF_ELOAD",
+      "DEVBUF_EBUSY",    "DEVBUF_EFORMAT",   "DEVBUF_ENOTFOUND", "DEVBUF_EEXIST",
+      "DEVBUF_ETIMEDOUT", "DEVBUF_EINIT",    "DEVBUF_EINTERNAL", "DEVBUF_ECALLBACK"};
+  if (code < 0 || (size_t)code >= sizeof names / sizeof names[0]) return "DEVBUF_E?";
+  return names[code];
+}
+
+char *devbuf__strdup(const char *s) {
+  if (s == NULL) return NULL;
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+char *devbuf__printf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) return NULL;
+  char *p = malloc((size_t)n + 1);
+  if (p == NULL) return NULL;
+  va_start(ap, fmt);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return p;
+}
+
+/* 1 if s is NUL-terminated within max bytes and all printable ASCII (spaces allowed). */
+int devbuf__printable(const char *s, size_t max) {
+  if (s == NULL) return 0;
+  for (size_t i = 0; i <= max; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == 0) return 1;
+    if (c < 0x20 || c > 0x7e) return 0;
+  }
+  return 0;
+}
