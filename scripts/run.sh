@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The main job: set up and build, list what is registered, then run the demo
+# on the strict simulated device.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+scripts/setup.sh build
+echo
+if [[ -x build/bin/devbuf-info ]]; then
+  build/bin/devbuf-info || true   # exit 1 only means some plugin has no device here
+else
+  echo "(devbuf-info not built)"
+fi
+echo
+build/bin/devbuf-demo devbuf.sim "${1:-16777216}"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set-up for a fresh Debian machine (run as root), idempotent and quiet when
+# already done: system packages, the project's Python venv, and the build.
+#
+#   scripts/setup.sh [BUILD_DIR] [extra cmake args...]
+#
+# The one interpreter: Debian's /usr/bin/python3, in a venv at .venv. The
+# build, the tests and the README all use .venv/bin/python.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD="${1:-build}"
+shift || true
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. System packages (scripts/packages.txt), installed only when missing.
+missing=()
+while read -r pkg; do
+  [[ -z "$pkg" || "$pkg" == \#* ]] && continue
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done < scripts/packages.txt
+if (( ${#missing[@]} )); then
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2. The Python venv, from Debian's interpreter, with pinned packages.
+PY=/usr/bin/python3
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv from $PY ($($PY --version 2>&1))"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  say "installing Python packages from requirements.txt"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+# 3. Configure (once) and build.
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  say "configuring $BUILD"
+  cmake -S . -B "$BUILD" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" "$@" >/dev/null
+fi
+cmake --build "$BUILD" -j"$(nproc)" -- --no-print-directory -s 2>&1 | { grep -v '^\[' || true; }
+exit "${PIPESTATUS[0]}"
