@@ -287,13 +287,16 @@ int devbuf__load_file(const char *path, const char *source, size_t *index, devbu
   dlerror();
   void *sym = dlsym(h, DEVBUF_PLUGIN_ENTRY_NAME);
   if (sym == NULL) {
+    /* dlclose resets dlerror's buffer: copy the text first. */
     const char *e = dlerror();
+    char why[256];
+    snprintf(why, sizeof why, "%s", e ? e : "symbol not found");
     devbuf_backend *b = new_record(p, source);
     dlclose(h);
     if (b == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
     return fail_record(b, DEVBUF_ELOAD, index, err,
                        "%s: no entry symbol '%s' (is this a devbuf plugin?): %s", p,
-                       DEVBUF_PLUGIN_ENTRY_NAME, e ? e : "symbol not found");
+                       DEVBUF_PLUGIN_ENTRY_NAME, why);
   }
   devbuf_plugin_entry_fn entry;
   memcpy(&entry, &sym, sizeof entry); /* object -> function pointer, as POSIX allows */
