@@ -1,0 +1,934 @@
+/* devbuf_conformance: one suite for every plugin, driven through the runtime
+ * API (devbuf/runtime.h) and parametrised by a device identifier.
+ *
+ *   devbuf_conformance [--allow-no-device] [--check NAME]... IDENTIFIER[:ORDINAL]
+ *
+ * Prints one line per check ("PASS name", "FAIL name: why", "SKIP name:
+ * why") and closes with "N passed, N failed, N skipped". Exit status 0 when
+ * nothing failed. An identifier whose plugin has no device fails the run,
+ * unless --allow-no-device is given: then the suite prints "no device,
+ * because REASON", skips every check and exits 0 -- provided the plugin
+ * loaded, answered DEVBUF_ENODEV and gave a reason. See docs/conformance.md.
+ *
+ * Every resource a check creates goes through the tracker below, so that a
+ * failing check (which returns early) still synchronizes its streams before
+ * its host buffers are freed, and releases everything: the final `no_leaks`
+ * check compares the runtime's live counters with those at the start. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devbuf/runtime.h"
+
+enum { PASS = 0, FAIL = 1, SKIP = 2 };
+
+#define MAX_TRACKED 256
+
+typedef struct ctx {
+  const char *spec;
+  devbuf_device dev;
+  devbuf_device_props props;
+  int count;            /* devices of the identifier */
+  size_t plugin;        /* plugin index */
+  int addresses;        /* device pointers are addresses (alignment is checkable) */
+  devbuf_error err;     /* scratch for calls */
+  char why[1024];       /* reason of a FAIL or SKIP */
+  /* tracked resources of the running check */
+  void *mem[MAX_TRACKED];
+  int nmem;
+  void *streams[MAX_TRACKED];
+  int nstreams;
+  void *events[MAX_TRACKED];
+  int nevents;
+  void *host[MAX_TRACKED];
+  int nhost;
+} ctx;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int result(ctx *c, int r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->why, sizeof c->why, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+/* Fail unless `cond`. */
+#define REQUIRE(cond, ...)                                                                   \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      char m_[768];                                                                          \
+      snprintf(m_, sizeof m_, __VA_ARGS__);                                                  \
+      return result(c, FAIL, "line %d: %s", __LINE__, m_);                                   \
+    }                                                                                        \
+  } while (0)
+
+/* Fail unless the runtime call succeeds; the call's error message is kept. */
+#define OK(expr)                                                                             \
+  do {                                                                                       \
+    devbuf_error_clear(&c->err);                                                             \
+    int rc_ = (expr);                                                                        \
+    if (rc_ != DEVBUF_OK)                                                                    \
+      return result(c, FAIL, "line %d: %s returned %s: %s", __LINE__, #expr,                \
+                    devbuf_status_name(rc_), c->err.message);                                \
+  } while (0)
+
+/* Evaluate a call expected to fail; its status lands in `rc`. */
+#define CALL(rc, expr)          \
+  do {                          \
+    devbuf_error_clear(&c->err); \
+    (rc) = (expr);              \
+  } while (0)
+
+/* A failing call must name what went wrong. */
+#define REQUIRE_FAILS(expr, ...)                                                             \
+  do {                                                                                       \
+    int rf_;                                                                                 \
+    CALL(rf_, expr);                                                                         \
+    REQUIRE(rf_ != DEVBUF_OK, "%s succeeded but must fail", #expr);                         \
+    REQUIRE(c->err.message[0] != '\0', "%s failed (%s) without a message", #expr,           \
+            devbuf_status_name(rf_));                                                        \
+    int ok_ = 0;                                                                             \
+    const int codes_[] = {__VA_ARGS__};                                                      \
+    for (size_t i_ = 0; i_ < sizeof codes_ / sizeof codes_[0]; i_++) ok_ |= rf_ == codes_[i_]; \
+    REQUIRE(ok_, "%s failed with %s, not an expected code: %s", #expr,                       \
+            devbuf_status_name(rf_), c->err.message);                                        \
+  } while (0)
+
+/* ---- tracked resources ------------------------------------------------------ */
+
+static int dalloc(ctx *c, size_t size, size_t alignment, void *stream, void **p) {
+  *p = NULL;
+  if (c->nmem == MAX_TRACKED) return devbuf_error_set(&c->err, DEVBUF_ENOMEM, "tracker full");
+  int rc = devbuf_mem_alloc(&c->dev, size, alignment, stream, p, &c->err);
+  if (rc == DEVBUF_OK) c->mem[c->nmem++] = *p;
+  return rc;
+}
+
+/* Free a tracked allocation now. */
+static int dfree(ctx *c, void *p, void *stream) {
+  for (int i = 0; i < c->nmem; i++)
+    if (c->mem[i] == p) {
+      c->mem[i] = c->mem[--c->nmem];
+      break;
+    }
+  return devbuf_mem_free(&c->dev, p, stream, &c->err);
+}
+
+static int snew(ctx *c, void **s) {
+  *s = NULL;
+  if (c->nstreams == MAX_TRACKED) return devbuf_error_set(&c->err, DEVBUF_ENOMEM, "tracker full");
+  int rc = devbuf_stream_create(&c->dev, s, &c->err);
+  if (rc == DEVBUF_OK) c->streams[c->nstreams++] = *s;
+  return rc;
+}
+
+static int enew(ctx *c, void **e) {
+  *e = NULL;
+  if (c->nevents == MAX_TRACKED) return devbuf_error_set(&c->err, DEVBUF_ENOMEM, "tracker full");
+  int rc = devbuf_event_create(&c->dev, e, &c->err);
+  if (rc == DEVBUF_OK) c->events[c->nevents++] = *e;
+  return rc;
+}
+
+/* Host memory, zeroed; freed after the check once every stream is idle
+ * (asynchronous copies may still read or write it until then). */
+static unsigned char *hbuf(ctx *c, size_t n) {
+  if (c->nhost == MAX_TRACKED) return NULL;
+  unsigned char *p = calloc(1, n ? n : 1);
+  if (p) c->host[c->nhost++] = p;
+  return p;
+}
+
+static void release_all(ctx *c) {
+  devbuf_error e;
+  for (int i = 0; i < c->nstreams; i++) devbuf_stream_synchronize(&c->dev, c->streams[i], &e);
+  devbuf_stream_synchronize(&c->dev, NULL, &e);
+  for (int i = 0; i < c->nevents; i++) devbuf_event_destroy(&c->dev, c->events[i], &e);
+  for (int i = 0; i < c->nmem; i++) devbuf_mem_free(&c->dev, c->mem[i], NULL, &e);
+  devbuf_stream_synchronize(&c->dev, NULL, &e);
+  for (int i = 0; i < c->nstreams; i++) devbuf_stream_destroy(&c->dev, c->streams[i], &e);
+  for (int i = 0; i < c->nhost; i++) free(c->host[i]);
+  c->nmem = c->nstreams = c->nevents = c->nhost = 0;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* A deterministic byte pattern, distinct per seed. */
+static void fill(unsigned char *p, size_t n, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 0x9e3779b9u;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    p[i] = (unsigned char)(x >> 11);
+  }
+}
+
+/* Where two buffers first differ, or -1. */
+static long first_diff(const unsigned char *a, const unsigned char *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i]) return (long)i;
+  return -1;
+}
+
+#define REQUIRE_SAME(got, want, n, what)                                                      \
+  do {                                                                                        \
+    long d_ = first_diff((got), (want), (n));                                                 \
+    REQUIRE(d_ < 0, "%s: byte %ld is 0x%02x, expected 0x%02x", what, d_,                      \
+            d_ >= 0 ? (got)[d_] : 0, d_ >= 0 ? (want)[d_] : 0);                                \
+  } while (0)
+
+static int is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* ---- checks ---------------------------------------------------------------------- */
+
+static int check_properties(ctx *c) {
+  const devbuf_device_props *p = &c->props;
+  REQUIRE(c->count >= 1, "device count %d", c->count);
+  REQUIRE(p->struct_size >= offsetof(devbuf_device_props, reserved), "struct_size %u",
+          p->struct_size);
+  REQUIRE(memchr(p->name, '\0', sizeof p->name) != NULL, "name not NUL-terminated");
+  REQUIRE(memchr(p->vendor, '\0', sizeof p->vendor) != NULL, "vendor not NUL-terminated");
+  REQUIRE(p->name[0] != '\0', "empty device name");
+  REQUIRE(p->total_memory == 0 || p->free_memory <= p->total_memory,
+          "free memory %llu > total %llu", (unsigned long long)p->free_memory,
+          (unsigned long long)p->total_memory);
+  REQUIRE(is_pow2(p->alloc_alignment), "alloc_alignment %u is not a power of two",
+          p->alloc_alignment);
+  REQUIRE(p->dlpack_device_type == -1 ||
+              (p->dlpack_device_type >= 1 && p->dlpack_device_type <= 17),
+          "dlpack_device_type %d is not a DLDeviceType", p->dlpack_device_type);
+  REQUIRE(p->dlpack_device_type != DEVBUF_DL_CPU || (p->flags & DEVBUF_DEVICE_HOST_ACCESSIBLE),
+          "dlpack type kDLCPU but not host-accessible");
+  REQUIRE((p->flags & ~(uint32_t)(DEVBUF_DEVICE_HOST_ACCESSIBLE | DEVBUF_DEVICE_UNIFIED |
+                                  DEVBUF_DEVICE_ASYNC)) == 0,
+          "unknown flags 0x%x", p->flags);
+  /* Every ordinal answers. */
+  for (int i = 0; i < c->count; i++) {
+    devbuf_device d;
+    devbuf_device_props q;
+    OK(devbuf_device_open2(c->dev.identifier, i, &d, &c->err));
+    OK(devbuf_device_props_get(&d, &q, &c->err));
+    REQUIRE(q.name[0] != '\0', "device %d has an empty name", i);
+  }
+  return result(c, PASS, "%s, %s, %d device(s), alignment %u, dlpack %d", p->name, p->vendor,
+                c->count, p->alloc_alignment, p->dlpack_device_type);
+}
+
+static int check_alloc_free(ctx *c) {
+  static const size_t sizes[] = {0, 0, 1, 3, 64, 4096, 65537, (size_t)1 << 20};
+  enum { NS = sizeof sizes / sizeof sizes[0] };
+  void *p[NS];
+  devbuf_stats before, during, after;
+  OK(devbuf_plugin_stats(c->plugin, &before, &c->err));
+  for (int i = 0; i < NS; i++) {
+    OK(dalloc(c, sizes[i], 0, NULL, &p[i]));
+    REQUIRE(p[i] != NULL, "size %zu: NULL pointer", sizes[i]);
+    for (int j = 0; j < i; j++)
+      REQUIRE(p[j] != p[i], "allocations %d and %d (sizes %zu, %zu) share handle %p", j, i,
+              sizes[j], sizes[i], p[i]);
+  }
+  OK(devbuf_plugin_stats(c->plugin, &during, &c->err));
+  REQUIRE(during.live_allocations == before.live_allocations + NS, "live allocations %llu, want %llu",
+          (unsigned long long)during.live_allocations,
+          (unsigned long long)(before.live_allocations + NS));
+  for (int i = NS - 1; i >= 0; i--) OK(dfree(c, p[i], NULL));
+  OK(devbuf_plugin_stats(c->plugin, &after, &c->err));
+  REQUIRE(after.live_allocations == before.live_allocations &&
+              after.live_bytes == before.live_bytes,
+          "after free: %llu allocations, %llu bytes live (before: %llu, %llu)",
+          (unsigned long long)after.live_allocations, (unsigned long long)after.live_bytes,
+          (unsigned long long)before.live_allocations, (unsigned long long)before.live_bytes);
+  /* Ordered on a created stream; used on it at once, freed on it. */
+  void *s, *q;
+  unsigned char *h = hbuf(c, 4096), *back = hbuf(c, 4096);
+  REQUIRE(h && back, "host memory");
+  fill(h, 4096, 11);
+  OK(snew(c, &s));
+  OK(dalloc(c, 4096, 0, s, &q));
+  OK(devbuf_copy_h2d(&c->dev, q, 0, h, 4096, s, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, back, q, 0, 4096, s, &c->err));
+  OK(dfree(c, q, s));
+  OK(devbuf_stream_synchronize(&c->dev, s, &c->err));
+  REQUIRE_SAME(back, h, 4096, "stream-ordered allocation");
+  return PASS;
+}
+
+static int check_alloc_alignment(ctx *c) {
+  size_t def = c->props.alloc_alignment ? c->props.alloc_alignment : 1;
+  for (size_t a = 0; a <= 65536; a = a ? a * 2 : 1) {
+    void *p;
+    OK(dalloc(c, 100, a, NULL, &p));
+    size_t want = a > def ? a : def;
+    if (c->addresses)
+      REQUIRE(((uintptr_t)p & (want - 1)) == 0, "alignment %zu: pointer %p not %zu-aligned", a, p,
+              want);
+  }
+  REQUIRE_FAILS(dalloc(c, 100, 3, NULL, &(void *){NULL}), DEVBUF_EINVAL);
+  REQUIRE_FAILS(dalloc(c, 100, 48, NULL, &(void *){NULL}), DEVBUF_EINVAL);
+  if (!c->addresses)
+    return result(c, PASS, "pointers are handles (dlpack type %d): only accepted/refused checked",
+                  c->props.dlpack_device_type);
+  return PASS;
+}
+
+static int check_alloc_absurd(ctx *c) {
+  const size_t sizes[] = {SIZE_MAX, SIZE_MAX / 2 + 1, (size_t)1 << 50};
+  char example[DEVBUF_ERROR_MESSAGE_SIZE] = "";
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    void *p = (void *)&p; /* must come back NULL */
+    int rc;
+    CALL(rc, devbuf_mem_alloc(&c->dev, sizes[i], 0, NULL, &p, &c->err));
+    if (rc == DEVBUF_OK) {
+      devbuf_mem_free(&c->dev, p, NULL, &c->err);
+      /* 1 PiB might exist one day; SIZE_MAX never will. */
+      REQUIRE(sizes[i] == (size_t)1 << 50, "allocating %zu bytes succeeded", sizes[i]);
+      continue;
+    }
+    REQUIRE(rc == DEVBUF_ENOMEM || rc == DEVBUF_EINVAL, "%zu bytes: %s (want ENOMEM or EINVAL): %s",
+            sizes[i], devbuf_status_name(rc), c->err.message);
+    REQUIRE(c->err.message[0] != '\0', "%zu bytes: no message", sizes[i]);
+    REQUIRE(p == NULL, "%zu bytes: failed but *ptr is %p, not NULL", sizes[i], p);
+    if (i == 0) snprintf(example, sizeof example, "%s", c->err.message);
+  }
+  /* The device still works. */
+  unsigned char *h = hbuf(c, 256), *back = hbuf(c, 256);
+  void *q;
+  REQUIRE(h && back, "host memory");
+  fill(h, 256, 5);
+  OK(dalloc(c, 256, 0, NULL, &q));
+  OK(devbuf_copy_h2d(&c->dev, q, 0, h, 256, NULL, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, back, q, 0, 256, NULL, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, NULL, &c->err));
+  REQUIRE_SAME(back, h, 256, "after failed allocations");
+  return result(c, PASS, "e.g. \"%s\"", example);
+}
+
+/* h2d then d2h of a whole buffer, on the default stream and on a created one. */
+static int check_copy_roundtrip(ctx *c) {
+  enum { N = 1 << 20 };
+  for (int k = 0; k < 2; k++) {
+    void *s = NULL, *d;
+    if (k == 1) OK(snew(c, &s));
+    unsigned char *h = hbuf(c, N), *back = hbuf(c, N);
+    REQUIRE(h && back, "host memory");
+    fill(h, N, 100 + (uint32_t)k);
+    memset(back, 0xEE, N);
+    OK(dalloc(c, N, 0, s, &d));
+    OK(devbuf_copy_h2d(&c->dev, d, 0, h, N, s, &c->err));
+    OK(devbuf_copy_d2h(&c->dev, back, d, 0, N, s, &c->err));
+    OK(devbuf_stream_synchronize(&c->dev, s, &c->err));
+    REQUIRE_SAME(back, h, N, k ? "created stream" : "default stream");
+  }
+  return PASS;
+}
+
+/* Every direction with offsets, checked against a host model. */
+static int check_copy_offsets(ctx *c) {
+  enum { NA = 65536, NB = 40000 };
+  void *s, *a, *b;
+  OK(snew(c, &s));
+  OK(dalloc(c, NA, 0, s, &a));
+  OK(dalloc(c, NB, 0, s, &b));
+  unsigned char *ma = hbuf(c, NA), *mb = hbuf(c, NB); /* models */
+  unsigned char *p = hbuf(c, NA), *q = hbuf(c, 3000), *r = hbuf(c, NB);
+  unsigned char *got_a = hbuf(c, NA), *got_b = hbuf(c, NB), *part = hbuf(c, 5000);
+  REQUIRE(ma && mb && p && q && r && got_a && got_b && part, "host memory");
+  fill(p, NA, 1);
+  fill(q, 3000, 2);
+  fill(r, NB, 3);
+  /* a = p; b = r; a[1000..4000) = q */
+  OK(devbuf_copy_h2d(&c->dev, a, 0, p, NA, s, &c->err));
+  memcpy(ma, p, NA);
+  OK(devbuf_copy_h2d(&c->dev, b, 0, r, NB, s, &c->err));
+  memcpy(mb, r, NB);
+  OK(devbuf_copy_h2d(&c->dev, a, 1000, q, 3000, s, &c->err));
+  memcpy(ma + 1000, q, 3000);
+  /* d2d across buffers with both offsets: b[123..8123) = a[500..8500) */
+  OK(devbuf_copy_d2d(&c->dev, b, 123, a, 500, 8000, s, &c->err));
+  memcpy(mb + 123, ma + 500, 8000);
+  /* d2d inside one buffer, disjoint ranges: a[60000..61000) = a[10..1010) */
+  OK(devbuf_copy_d2d(&c->dev, a, 60000, a, 10, 1000, s, &c->err));
+  memmove(ma + 60000, ma + 10, 1000);
+  /* ends of the buffers, and empty copies at the very end */
+  OK(devbuf_copy_d2d(&c->dev, a, NA - 7, b, NB - 7, 7, s, &c->err));
+  memcpy(ma + NA - 7, mb + NB - 7, 7);
+  OK(devbuf_copy_h2d(&c->dev, a, NA, p, 0, s, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, part, a, NA, 0, s, &c->err));
+  OK(devbuf_copy_d2d(&c->dev, b, NB, a, NA, 0, s, &c->err));
+  /* d2h with an offset */
+  OK(devbuf_copy_d2h(&c->dev, part, b, 100, 5000, s, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, got_a, a, 0, NA, s, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, got_b, b, 0, NB, s, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, s, &c->err));
+  REQUIRE_SAME(got_a, ma, NA, "buffer a");
+  REQUIRE_SAME(got_b, mb, NB, "buffer b");
+  REQUIRE_SAME(part, mb + 100, 5000, "d2h at offset 100");
+  return PASS;
+}
+
+/* Many dependent operations on one stream, no sync in between: each host
+ * source is distinct and stays alive, so only ordering can break content. */
+static int check_stream_ordering(ctx *c) {
+  enum { N = 1 << 18, OPS = 96 };
+  void *s, *x, *y;
+  OK(snew(c, &s));
+  OK(dalloc(c, N, 0, s, &x));
+  OK(dalloc(c, N, 0, s, &y));
+  unsigned char *mx = hbuf(c, N), *my = hbuf(c, N), *gx = hbuf(c, N), *gy = hbuf(c, N);
+  unsigned char *init = hbuf(c, N);
+  REQUIRE(mx && my && gx && gy && init, "host memory");
+  fill(init, N, 77);
+  OK(devbuf_copy_h2d(&c->dev, x, 0, init, N, s, &c->err));
+  OK(devbuf_copy_h2d(&c->dev, y, 0, init, N, s, &c->err));
+  memcpy(mx, init, N);
+  memcpy(my, init, N);
+  uint32_t rng = 12345;
+  for (int i = 0; i < OPS; i++) {
+    rng = rng * 1103515245u + 12345u;
+    size_t len = 1 + (rng >> 8) % 20000;
+    size_t o1 = ((rng >> 3) * 7919u) % (N - len), o2 = ((rng >> 5) * 104729u) % (N - len);
+    switch (i % 3) {
+      case 0: { /* fresh host data into x */
+        unsigned char *src = hbuf(c, len);
+        REQUIRE(src, "host memory");
+        fill(src, len, 1000 + (uint32_t)i);
+        OK(devbuf_copy_h2d(&c->dev, x, o1, src, len, s, &c->err));
+        memcpy(mx + o1, src, len);
+        break;
+      }
+      case 1: /* x -> y */
+        OK(devbuf_copy_d2d(&c->dev, y, o2, x, o1, len, s, &c->err));
+        memcpy(my + o2, mx + o1, len);
+        break;
+      default: /* y -> x */
+        OK(devbuf_copy_d2d(&c->dev, x, o1, y, o2, len, s, &c->err));
+        memcpy(mx + o1, my + o2, len);
+        break;
+    }
+  }
+  OK(devbuf_copy_d2h(&c->dev, gx, x, 0, N, s, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, gy, y, 0, N, s, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, s, &c->err));
+  REQUIRE_SAME(gx, mx, N, "x after the sequence");
+  REQUIRE_SAME(gy, my, N, "y after the sequence");
+  return result(c, PASS, "%d operations", OPS + 4);
+}
+
+/* Stream B consumes what stream A produced, ordered only by an event. */
+static int check_events_across_streams(ctx *c) {
+  enum { N = 4 << 20 };
+  void *sa, *sb, *e, *x, *y;
+  OK(snew(c, &sa));
+  OK(snew(c, &sb));
+  OK(enew(c, &e));
+  OK(dalloc(c, N, 0, NULL, &x));
+  OK(dalloc(c, N, 0, NULL, &y));
+  OK(devbuf_stream_synchronize(&c->dev, NULL, &c->err)); /* allocations visible to A and B */
+  unsigned char *h = hbuf(c, N), *g = hbuf(c, N), *g2 = hbuf(c, N);
+  REQUIRE(h && g && g2, "host memory");
+  fill(h, N, 21);
+  /* round 1: A writes x; B waits, reads x */
+  OK(devbuf_copy_h2d(&c->dev, x, 0, h, N, sa, &c->err));
+  OK(devbuf_event_record(&c->dev, e, sa, &c->err));
+  OK(devbuf_stream_wait_event(&c->dev, sb, e, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, g, x, 0, N, sb, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, sb, &c->err)); /* B only */
+  REQUIRE_SAME(g, h, N, "B's read of A's write");
+  /* B finished after waiting on e, so e is complete. */
+  OK(devbuf_event_query(&c->dev, e, &c->err));
+  OK(devbuf_event_synchronize(&c->dev, e, &c->err));
+  /* round 2: the same event recorded again, after a d2d on A */
+  OK(devbuf_copy_d2d(&c->dev, y, 0, x, 1, N - 1, sa, &c->err));
+  OK(devbuf_event_record(&c->dev, e, sa, &c->err));
+  OK(devbuf_stream_wait_event(&c->dev, sb, e, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, g2, y, 0, N - 1, sb, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, sb, &c->err));
+  REQUIRE_SAME(g2, h + 1, N - 1, "B's read after the event was recorded again");
+  /* the default stream can wait too */
+  OK(devbuf_event_record(&c->dev, e, sb, &c->err));
+  OK(devbuf_stream_wait_event(&c->dev, NULL, e, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, NULL, &c->err));
+  return PASS;
+}
+
+/* The host reads only after an event (not the stream) says the copy is done. */
+static int check_sync_before_host_read(ctx *c) {
+  enum { N = 2 << 20 };
+  void *s, *e, *d;
+  OK(snew(c, &s));
+  OK(enew(c, &e));
+  OK(dalloc(c, N, 0, s, &d));
+  unsigned char *h = hbuf(c, N), *g1 = hbuf(c, N), *g2 = hbuf(c, N);
+  REQUIRE(h && g1 && g2, "host memory");
+  fill(h, N, 31);
+  OK(devbuf_copy_h2d(&c->dev, d, 0, h, N, s, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, g1, d, 0, N, s, &c->err));
+  OK(devbuf_event_record(&c->dev, e, s, &c->err));
+  OK(devbuf_event_synchronize(&c->dev, e, &c->err));
+  REQUIRE_SAME(g1, h, N, "after event_synchronize");
+  /* polling: EBUSY until done, then OK */
+  OK(devbuf_copy_d2h(&c->dev, g2, d, 0, N, s, &c->err));
+  OK(devbuf_event_record(&c->dev, e, s, &c->err));
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int busy = 0;
+  for (;;) {
+    int rc;
+    CALL(rc, devbuf_event_query(&c->dev, e, &c->err));
+    if (rc == DEVBUF_OK) break;
+    REQUIRE(rc == DEVBUF_EBUSY, "event_query returned %s: %s", devbuf_status_name(rc),
+            c->err.message);
+    busy++;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    REQUIRE(t.tv_sec - t0.tv_sec < 60, "event still busy after 60 s");
+    nanosleep(&(struct timespec){0, 100000}, NULL);
+  }
+  REQUIRE_SAME(g2, h, N, "after event_query said done");
+  return result(c, PASS, "event_query polled busy %d time(s)", busy);
+}
+
+/* Pinned (or plain) host staging from the runtime. */
+static int check_host_staging(ctx *c) {
+  enum { N = 1 << 20 };
+  void *hp = NULL, *d;
+  unsigned char *h = hbuf(c, N);
+  REQUIRE(h, "host memory");
+  fill(h, N, 41);
+  OK(devbuf_host_alloc(&c->dev, N, &hp, &c->err));
+  REQUIRE(hp != NULL, "host_alloc gave NULL");
+  OK(dalloc(c, N, 0, NULL, &d));
+  int rc = DEVBUF_OK;
+  devbuf_error_clear(&c->err);
+  if (!rc) rc = devbuf_copy_h2d(&c->dev, d, 0, h, N, NULL, &c->err);
+  if (!rc) rc = devbuf_copy_d2h(&c->dev, hp, d, 0, N, NULL, &c->err);
+  if (!rc) rc = devbuf_stream_synchronize(&c->dev, NULL, &c->err);
+  long diff = rc ? -1 : first_diff(hp, h, N);
+  devbuf_error e2;
+  int frc = devbuf_host_free(&c->dev, hp, &e2);
+  REQUIRE(rc == DEVBUF_OK, "copy through staging: %s: %s", devbuf_status_name(rc), c->err.message);
+  REQUIRE(diff < 0, "staging buffer differs at byte %ld", diff);
+  REQUIRE(frc == DEVBUF_OK, "host_free: %s", e2.message);
+  return PASS;
+}
+
+static int check_device_info_roundtrip(ctx *c) {
+  enum { N = 1 << 20 };
+  void *s, *e, *d, *sc;
+  OK(snew(c, &s));
+  OK(snew(c, &sc));
+  OK(enew(c, &e));
+  OK(dalloc(c, N, 0, s, &d));
+  unsigned char *h = hbuf(c, N), *g = hbuf(c, N);
+  REQUIRE(h && g, "host memory");
+  fill(h, N, 51);
+  /* producer: write on s, record e, export */
+  OK(devbuf_copy_h2d(&c->dev, d, 0, h, N, s, &c->err));
+  OK(devbuf_event_record(&c->dev, e, s, &c->err));
+  _Alignas(16) unsigned char blob[512];
+  size_t size = 0;
+  memset(blob, 0, sizeof blob);
+  OK(devbuf_device_info_export(&c->dev, e, s, 0, blob, sizeof blob, &size, &c->err));
+  REQUIRE(size > 0 && size <= sizeof blob, "export wrote %zu bytes", size);
+  if (strncmp(c->dev.identifier, "devbuf.", 7) == 0) {
+    devbuf_device_info di;
+    REQUIRE(size >= sizeof di, "devbuf.* device_info of %zu bytes < %zu", size, sizeof di);
+    memcpy(&di, blob, sizeof di);
+    REQUIRE(di.struct_size == size && di.version == DEVBUF_DEVICE_INFO_VERSION,
+            "header: struct_size %u version %u", di.struct_size, di.version);
+    REQUIRE(di.device_ordinal == c->dev.ordinal, "ordinal %d", di.device_ordinal);
+    REQUIRE(di.reserved0 == 0, "reserved0 not zero");
+    for (int i = 0; i < 6; i++) REQUIRE(di.reserved[i] == 0, "reserved[%d] not zero", i);
+    REQUIRE(((di.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE) != 0) ==
+                ((c->props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) != 0),
+            "HOST_ACCESSIBLE flag disagrees with the device's properties");
+  }
+  /* consumer: import, wait on its event on another stream, read */
+  devbuf_device_info_desc desc;
+  devbuf_device dev2;
+  memset(&desc, 0, sizeof desc);
+  OK(devbuf_device_info_import(c->dev.identifier, blob, &desc, &dev2, &c->err));
+  REQUIRE(dev2.identifier == c->dev.identifier && dev2.ordinal == c->dev.ordinal &&
+              dev2.backend == c->dev.backend,
+          "import opened %s:%d, not %s:%d", dev2.identifier, dev2.ordinal, c->dev.identifier,
+          c->dev.ordinal);
+  REQUIRE(desc.device_ordinal == c->dev.ordinal, "desc ordinal %d", desc.device_ordinal);
+  if (desc.event) OK(devbuf_stream_wait_event(&dev2, sc, desc.event, &c->err));
+  OK(devbuf_copy_d2h(&dev2, g, d, 0, N, sc, &c->err));
+  OK(devbuf_stream_synchronize(&dev2, sc, &c->err));
+  REQUIRE_SAME(g, h, N, "consumer read after the device_info event");
+  int had_event = desc.event != NULL;
+  if (desc.event) OK(devbuf_event_synchronize(&dev2, desc.event, &c->err));
+  /* no event: nothing to wait on; READONLY survives */
+  OK(devbuf_stream_synchronize(&c->dev, s, &c->err));
+  OK(devbuf_device_info_export(&c->dev, NULL, NULL, DEVBUF_DEVICE_INFO_READONLY, blob,
+                               sizeof blob, &size, &c->err));
+  memset(&desc, 0xAB, sizeof desc);
+  OK(devbuf_device_info_import(c->dev.identifier, blob, &desc, &dev2, &c->err));
+  REQUIRE(desc.event == NULL, "export without event imported with event %p", desc.event);
+  REQUIRE(desc.flags & DEVBUF_DEVICE_INFO_READONLY, "READONLY lost (flags 0x%x)", desc.flags);
+  return result(c, PASS, "%zu bytes; the producer's event came through as %s", size,
+                had_event ? "an event" : "NULL (data ready at export)");
+}
+
+static int check_device_info_invalid(ctx *c) {
+  _Alignas(16) unsigned char good[512], bad[512];
+  size_t size = 0;
+  memset(good, 0, sizeof good);
+  OK(devbuf_device_info_export(&c->dev, NULL, NULL, 0, good, sizeof good, &size, &c->err));
+  devbuf_device_info_desc desc;
+  devbuf_device dev2;
+  OK(devbuf_device_info_import(c->dev.identifier, good, &desc, &dev2, &c->err));
+  REQUIRE_FAILS(devbuf_device_info_import(c->dev.identifier, NULL, &desc, &dev2, &c->err),
+                DEVBUF_EINVAL);
+  /* export must refuse a buffer too small, writing nothing past it */
+  memset(bad, 0x5A, sizeof bad);
+  REQUIRE_FAILS(devbuf_device_info_export(&c->dev, NULL, NULL, 0, bad, 4, &size, &c->err),
+                DEVBUF_EINVAL);
+  for (size_t i = 4; i < sizeof bad; i++) REQUIRE(bad[i] == 0x5A, "export wrote byte %zu past capacity 4", i);
+  if (strncmp(c->dev.identifier, "devbuf.", 7) != 0)
+    return result(c, PASS, "layout-specific mutations skipped: %s is not a devbuf.* identifier",
+                  c->dev.identifier);
+  /* The devbuf_device_info layout: each corruption must be refused. */
+  struct {
+    const char *what;
+    size_t off;
+    int64_t value;
+    int width;
+  } muts[] = {
+      {"struct_size 0", offsetof(devbuf_device_info, struct_size), 0, 4},
+      {"struct_size 8", offsetof(devbuf_device_info, struct_size), 8, 4},
+      {"version 0", offsetof(devbuf_device_info, version), 0, 2},
+      {"version 99", offsetof(devbuf_device_info, version), 99, 2},
+      {"reserved0 1", offsetof(devbuf_device_info, reserved0), 1, 2},
+      {"device_ordinal -1", offsetof(devbuf_device_info, device_ordinal), -1, 4},
+      {"device_ordinal = count", offsetof(devbuf_device_info, device_ordinal), c->count, 4},
+      {"device_ordinal 1<<30", offsetof(devbuf_device_info, device_ordinal), 1 << 30, 4},
+      {"reserved[0] 1", offsetof(devbuf_device_info, reserved), 1, 8},
+      {"reserved[5] nonzero", offsetof(devbuf_device_info, reserved) + 5 * 8, 0x100000000LL, 8},
+  };
+  for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
+    memcpy(bad, good, sizeof bad);
+    if (muts[i].width == 2) {
+      uint16_t v = (uint16_t)muts[i].value;
+      memcpy(bad + muts[i].off, &v, 2);
+    } else if (muts[i].width == 4) {
+      int32_t v = (int32_t)muts[i].value;
+      memcpy(bad + muts[i].off, &v, 4);
+    } else {
+      memcpy(bad + muts[i].off, &muts[i].value, 8);
+    }
+    int rc;
+    CALL(rc, devbuf_device_info_import(c->dev.identifier, bad, &desc, &dev2, &c->err));
+    REQUIRE(rc != DEVBUF_OK, "import accepted a device_info with %s", muts[i].what);
+    REQUIRE(c->err.message[0] != '\0', "%s refused without a message", muts[i].what);
+  }
+  /* A larger struct from a newer writer is accepted (its tail ignored). */
+  memcpy(bad, good, sizeof bad);
+  uint32_t bigger = (uint32_t)sizeof(devbuf_device_info) + 64;
+  memcpy(bad, &bigger, 4);
+  OK(devbuf_device_info_import(c->dev.identifier, bad, &desc, &dev2, &c->err));
+  return result(c, PASS, "%zu corruptions refused", sizeof muts / sizeof muts[0]);
+}
+
+static int check_error_bad_ordinal(ctx *c) {
+  devbuf_device d;
+  REQUIRE_FAILS(devbuf_device_open2(c->dev.identifier, c->count, &d, &c->err), DEVBUF_ENODEV,
+                DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_device_open2(c->dev.identifier, -1, &d, &c->err), DEVBUF_ENODEV,
+                DEVBUF_EINVAL);
+  char spec[128];
+  snprintf(spec, sizeof spec, "%s:%d", c->dev.identifier, c->count + 7);
+  REQUIRE_FAILS(devbuf_device_open(spec, &d, &c->err), DEVBUF_ENODEV, DEVBUF_EINVAL);
+  snprintf(spec, sizeof spec, "%s:x", c->dev.identifier);
+  REQUIRE_FAILS(devbuf_device_open(spec, &d, &c->err), DEVBUF_EINVAL);
+  /* a forged handle with a bad ordinal is refused by every call */
+  devbuf_device forged = c->dev;
+  forged.ordinal = c->count;
+  void *p = NULL;
+  devbuf_device_props props;
+  unsigned char h[16] = {0};
+  REQUIRE_FAILS(devbuf_mem_alloc(&forged, 16, 0, NULL, &p, &c->err), DEVBUF_ENODEV, DEVBUF_EINVAL);
+  REQUIRE(p == NULL, "failed alloc set *ptr");
+  REQUIRE_FAILS(devbuf_device_props_get(&forged, &props, &c->err), DEVBUF_ENODEV, DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_stream_synchronize(&forged, NULL, &c->err), DEVBUF_ENODEV, DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_h2d(&forged, h, 0, h, 16, NULL, &c->err), DEVBUF_ENODEV, DEVBUF_EINVAL);
+  forged.ordinal = -1;
+  REQUIRE_FAILS(devbuf_stream_create(&forged, &p, &c->err), DEVBUF_ENODEV, DEVBUF_EINVAL);
+  return PASS;
+}
+
+static int check_error_copy_out_of_bounds(ctx *c) {
+  enum { N = 64 };
+  void *d, *d2;
+  unsigned char *h = hbuf(c, 4096), *g = hbuf(c, 4096), *junk = hbuf(c, 4096);
+  REQUIRE(h && g && junk, "host memory");
+  fill(h, N, 61);
+  fill(junk, 4096, 62);
+  OK(dalloc(c, N, 0, NULL, &d));
+  OK(dalloc(c, N, 0, NULL, &d2));
+  OK(devbuf_copy_h2d(&c->dev, d, 0, h, N, NULL, &c->err));
+  OK(devbuf_copy_h2d(&c->dev, d2, 0, h, N, NULL, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, NULL, &c->err));
+  /* The runtime knows every allocation's size, so every plugin must refuse
+   * these before touching memory. */
+  REQUIRE_FAILS(devbuf_copy_h2d(&c->dev, d, 0, junk, N + 1, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_h2d(&c->dev, d, 60, junk, 8, NULL, &c->err), DEVBUF_EINVAL);
+  char example[DEVBUF_ERROR_MESSAGE_SIZE];
+  snprintf(example, sizeof example, "%s", c->err.message);
+  REQUIRE_FAILS(devbuf_copy_h2d(&c->dev, d, N + 1, junk, 0, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_h2d(&c->dev, d, SIZE_MAX - 2, junk, 4, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_d2h(&c->dev, g, d, 0, N + 1, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_d2h(&c->dev, g, d, 63, 2, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_d2d(&c->dev, d2, 0, d, 1, N, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_d2d(&c->dev, d2, 1, d, 0, N, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_d2d(&c->dev, d2, SIZE_MAX, d, 0, 1, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_h2d(&c->dev, d, 0, NULL, 8, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_copy_d2h(&c->dev, NULL, d, 0, 8, NULL, &c->err), DEVBUF_EINVAL);
+  /* nothing was written by the refused copies */
+  OK(devbuf_copy_d2h(&c->dev, g, d, 0, N, NULL, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, g + N, d2, 0, N, NULL, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, NULL, &c->err));
+  REQUIRE_SAME(g, h, N, "buffer after refused copies");
+  REQUIRE_SAME(g + N, h, N, "second buffer after refused copies");
+  return result(c, PASS, "e.g. \"%s\"", example);
+}
+
+static int check_error_free(ctx *c) {
+  int rc;
+  CALL(rc, devbuf_mem_free(&c->dev, NULL, NULL, &c->err));
+  REQUIRE(rc == DEVBUF_OK || rc == DEVBUF_EINVAL, "free(NULL): %s", devbuf_status_name(rc));
+  int local = 0;
+  REQUIRE_FAILS(devbuf_mem_free(&c->dev, &local, NULL, &c->err), DEVBUF_EINVAL);
+  void *p;
+  OK(dalloc(c, 128, 0, NULL, &p));
+  OK(dfree(c, p, NULL));
+  REQUIRE_FAILS(devbuf_mem_free(&c->dev, p, NULL, &c->err), DEVBUF_EINVAL);
+  return result(c, PASS, "double free: \"%s\"", c->err.message);
+}
+
+static int check_error_streams_events(ctx *c) {
+  int rc;
+  /* The default stream (NULL) cannot be destroyed: refused with EINVAL. A
+   * synchronous plugin whose stream_create hands out NULL is the exception:
+   * there, destroying NULL is how that created stream is destroyed. */
+  void *made = (void *)&rc;
+  OK(devbuf_stream_create(&c->dev, &made, &c->err));
+  const char *how;
+  if (made == NULL) {
+    OK(devbuf_stream_destroy(&c->dev, made, &c->err));
+    how = "is the created stream (synchronous plugin)";
+  } else {
+    c->streams[c->nstreams++] = made; /* tracked: destroyed after the check */
+    REQUIRE_FAILS(devbuf_stream_destroy(&c->dev, NULL, &c->err), DEVBUF_EINVAL);
+    how = "refused";
+  }
+  unsigned char *h = hbuf(c, 1024), *g = hbuf(c, 1024);
+  void *d;
+  REQUIRE(h && g, "host memory");
+  fill(h, 1024, 71);
+  OK(dalloc(c, 1024, 0, NULL, &d));
+  OK(devbuf_copy_h2d(&c->dev, d, 0, h, 1024, NULL, &c->err));
+  OK(devbuf_copy_d2h(&c->dev, g, d, 0, 1024, NULL, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, NULL, &c->err));
+  REQUIRE_SAME(g, h, 1024, "default stream after stream_destroy(NULL)");
+  REQUIRE_FAILS(devbuf_event_destroy(&c->dev, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_event_record(&c->dev, NULL, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_event_synchronize(&c->dev, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_stream_wait_event(&c->dev, NULL, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_stream_create(&c->dev, NULL, &c->err), DEVBUF_EINVAL);
+  REQUIRE_FAILS(devbuf_event_create(&c->dev, NULL, &c->err), DEVBUF_EINVAL);
+  /* An event never recorded has nothing to wait for. */
+  void *e, *s;
+  OK(enew(c, &e));
+  OK(snew(c, &s));
+  OK(devbuf_event_synchronize(&c->dev, e, &c->err));
+  OK(devbuf_stream_wait_event(&c->dev, s, e, &c->err));
+  OK(devbuf_stream_synchronize(&c->dev, s, &c->err));
+  return result(c, PASS, "stream_destroy(NULL) %s", how);
+}
+
+static devbuf_stats g_start_stats;
+
+static int check_no_leaks(ctx *c) {
+  devbuf_stats now;
+  OK(devbuf_plugin_stats(c->plugin, &now, &c->err));
+  const devbuf_stats *s = &g_start_stats;
+  REQUIRE(now.live_allocations == s->live_allocations && now.live_bytes == s->live_bytes &&
+              now.live_streams == s->live_streams && now.live_events == s->live_events &&
+              now.live_host_allocations == s->live_host_allocations,
+          "live now / at start: allocations %llu/%llu, bytes %llu/%llu, streams %llu/%llu, "
+          "events %llu/%llu, host %llu/%llu",
+          (unsigned long long)now.live_allocations, (unsigned long long)s->live_allocations,
+          (unsigned long long)now.live_bytes, (unsigned long long)s->live_bytes,
+          (unsigned long long)now.live_streams, (unsigned long long)s->live_streams,
+          (unsigned long long)now.live_events, (unsigned long long)s->live_events,
+          (unsigned long long)now.live_host_allocations,
+          (unsigned long long)s->live_host_allocations);
+  return result(c, PASS, "%llu allocations made in all",
+                (unsigned long long)(now.total_allocations - s->total_allocations));
+}
+
+/* ---- driver ----------------------------------------------------------------- */
+
+typedef struct check {
+  const char *name;
+  int (*fn)(ctx *);
+} check;
+
+static const check checks[] = {
+    {"properties", check_properties},
+    {"alloc_free", check_alloc_free},
+    {"alloc_alignment", check_alloc_alignment},
+    {"alloc_absurd_size", check_alloc_absurd},
+    {"copy_roundtrip", check_copy_roundtrip},
+    {"copy_offsets", check_copy_offsets},
+    {"stream_ordering", check_stream_ordering},
+    {"events_across_streams", check_events_across_streams},
+    {"sync_before_host_read", check_sync_before_host_read},
+    {"host_staging", check_host_staging},
+    {"device_info_roundtrip", check_device_info_roundtrip},
+    {"device_info_invalid", check_device_info_invalid},
+    {"error_bad_ordinal", check_error_bad_ordinal},
+    {"error_copy_out_of_bounds", check_error_copy_out_of_bounds},
+    {"error_free", check_error_free},
+    {"error_streams_events", check_error_streams_events},
+    {"no_leaks", check_no_leaks},
+};
+enum { NCHECKS = sizeof checks / sizeof checks[0] };
+
+static void usage(FILE *f, const char *argv0) {
+  fprintf(f,
+          "usage: %s [--allow-no-device] [--check NAME]... IDENTIFIER[:ORDINAL]\n"
+          "       %s --list\n"
+          "Runs the devbuf plugin conformance checks against a device identifier\n"
+          "(e.g. cpu, devbuf.sim, devbuf.opencl:1). See docs/conformance.md.\n",
+          argv0, argv0);
+}
+
+/* Plugins that failed to load, to explain an unknown identifier. */
+static void print_plugins(void) {
+  size_t n = devbuf_plugin_count();
+  printf("# %zu plugin(s) found:\n", n);
+  for (size_t i = 0; i < n; i++) {
+    devbuf_plugin_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    if (devbuf_plugin_info_get(i, &info, NULL) != DEVBUF_OK) continue;
+    printf("#   %s: %s%s%s\n", info.path, info.name ? info.name : "?",
+           info.state == DEVBUF_PLUGIN_LOADED ? "" : " FAILED: ",
+           info.state == DEVBUF_PLUGIN_LOADED ? "" : info.reason);
+  }
+}
+
+int main(int argc, char **argv) {
+  int allow_no_device = 0;
+  const char *spec = NULL;
+  const char *only[NCHECKS];
+  int nonly = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--allow-no-device") == 0) {
+      allow_no_device = 1;
+    } else if (strcmp(argv[i], "--list") == 0) {
+      for (int k = 0; k < NCHECKS; k++) printf("%s\n", checks[k].name);
+      return 0;
+    } else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
+      int known = 0;
+      for (int k = 0; k < NCHECKS; k++) known |= strcmp(checks[k].name, argv[i + 1]) == 0;
+      if (!known || nonly == NCHECKS) {
+        fprintf(stderr, "%s: unknown check '%s' (see --list)\n", argv[0], argv[i + 1]);
+        return 2;
+      }
+      only[nonly++] = argv[++i];
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout, argv[0]);
+      return 0;
+    } else if (argv[i][0] == '-' || spec != NULL) {
+      usage(stderr, argv[0]);
+      return 2;
+    } else {
+      spec = argv[i];
+    }
+  }
+  if (spec == NULL) {
+    usage(stderr, argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+
+  static ctx cx; /* large: keep it off the stack */
+  ctx *c = &cx;
+  c->spec = spec;
+  printf("# devbuf %s conformance: %s\n", devbuf_version(), spec);
+
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  int rc = devbuf_device_open(spec, &c->dev, &err);
+  int passed = 0, failed = 0, skipped = 0;
+  if (rc != DEVBUF_OK) {
+    if (rc == DEVBUF_ENODEV && err.message[0] != '\0') {
+      /* Report the plugin's own reason, without the runtime's prefix. */
+      const char *reason = strstr(err.message, "no device: ");
+      reason = reason ? reason + strlen("no device: ") : err.message;
+      printf("no device, because %s\n", reason);
+      if (allow_no_device) {
+        for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
+        printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
+        return 0;
+      }
+      printf("FAIL device: %s has no device (run with --allow-no-device to accept that)\n", spec);
+    } else {
+      printf("FAIL device: cannot open %s: %s: %s\n", spec, devbuf_status_name(rc),
+             err.message[0] ? err.message : "(no message)");
+      print_plugins();
+    }
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    return 1;
+  }
+  c->plugin = devbuf_device_plugin_index(&c->dev);
+  devbuf_device_count(c->dev.identifier, &c->count, &err);
+  rc = devbuf_device_props_get(&c->dev, &c->props, &err);
+  if (rc != DEVBUF_OK) {
+    printf("FAIL device: device_props of %s: %s\n", spec, err.message);
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    return 1;
+  }
+  /* Handle-based devices (OpenCL cl_mem, Vulkan, Metal buffers) have no
+   * address whose alignment could be checked; the rest hand out addresses. */
+  int dl = c->props.dlpack_device_type;
+  c->addresses = (c->props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) ||
+                 (dl != -1 && dl != DEVBUF_DL_OPENCL && dl != DEVBUF_DL_VULKAN &&
+                  dl != DEVBUF_DL_METAL);
+  printf("# device %s:%d: %s (%s)\n", c->dev.identifier, c->dev.ordinal, c->props.name,
+         c->props.vendor);
+  devbuf_plugin_stats(c->plugin, &g_start_stats, NULL);
+
+  for (int k = 0; k < NCHECKS; k++) {
+    int selected = nonly == 0;
+    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], checks[k].name) == 0;
+    if (!selected && strcmp(checks[k].name, "no_leaks") != 0) {
+      skipped++;
+      printf("SKIP %s: not selected\n", checks[k].name);
+      continue;
+    }
+    c->why[0] = '\0';
+    int r = checks[k].fn(c);
+    release_all(c);
+    const char *tag = r == PASS ? "PASS" : r == SKIP ? "SKIP" : "FAIL";
+    if (c->why[0])
+      printf("%s %s: %s\n", tag, checks[k].name, c->why);
+    else
+      printf("%s %s\n", tag, checks[k].name);
+    if (r == PASS) passed++;
+    else if (r == SKIP) skipped++;
+    else failed++;
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}
