@@ -1,0 +1,1089 @@
+/* devbuf.level_zero: oneAPI Level Zero devices (Intel GPUs, NPUs...) through
+ * the Level Zero loader (libze_loader.so.1).
+ *
+ * The loader is dlopen'd at the first call that needs a device (never in the
+ * entry symbol or init); ze_api.h is used only for types and constants.
+ *
+ * Devices: every device of every driver, numbered in driver order then
+ * device order. Each driver gets one context, made at first use of one of
+ * its devices. A devbuf stream is an immediate command list on the device's
+ * compute queue group; Level Zero may overlap the commands of one list, so a
+ * barrier follows every command to give stream (in-order) semantics.
+ * Command lists are not thread-safe, so each stream carries a mutex.
+ * devbuf events are Level Zero events from host-visible event pools.
+ *
+ * Stream and event handles handed out are pointers to plugin structs whose
+ * FIRST member is the raw ze_command_list_handle_t / ze_event_handle_t, so a
+ * foreign consumer of device_info can read the Level Zero handle directly
+ * (docs/devices/level_zero.md). */
+#include <level_zero/ze_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devbuf/plugin.h"
+
+#define LZ_PLUGIN_VERSION "0.1.0"
+#define LZ_DEFAULT_LIBRARY "libze_loader.so.1"
+#define LZ_IDENTIFIER "devbuf.level_zero"
+#define LZ_ALIGNMENT 256u
+#define LZ_EVENTS_PER_POOL 64u
+
+#define LZ_STR_(x) #x
+#define LZ_STR(x) LZ_STR_(x)
+
+#define LZ_REQUIRED(X)                       \
+  X(zeInit)                                  \
+  X(zeDriverGet)                             \
+  X(zeDeviceGet)                             \
+  X(zeDeviceGetProperties)                   \
+  X(zeDeviceGetMemoryProperties)             \
+  X(zeDeviceGetCommandQueueGroupProperties)  \
+  X(zeContextCreate)                         \
+  X(zeContextDestroy)                        \
+  X(zeMemAllocDevice)                        \
+  X(zeMemAllocHost)                          \
+  X(zeMemFree)                               \
+  X(zeCommandListCreateImmediate)            \
+  X(zeCommandListDestroy)                    \
+  X(zeCommandListAppendMemoryCopy)           \
+  X(zeCommandListAppendBarrier)              \
+  X(zeCommandListAppendWaitOnEvents)         \
+  X(zeEventPoolCreate)                       \
+  X(zeEventPoolDestroy)                      \
+  X(zeEventCreate)                           \
+  X(zeEventDestroy)                          \
+  X(zeEventHostSynchronize)                  \
+  X(zeEventQueryStatus)                      \
+  X(zeEventHostReset)
+
+#define LZ_FIELD(name) __typeof__(&name) p_##name;
+typedef struct lz_api {
+  LZ_REQUIRED(LZ_FIELD)
+} lz_api;
+#undef LZ_FIELD
+
+/* A block of events. Indices are recycled through the driver's free list. */
+typedef struct lz_pool {
+  ze_event_pool_handle_t pool;
+  struct lz_pool *next;
+} lz_pool;
+
+typedef struct lz_slot {
+  lz_pool *pool;
+  uint32_t index;
+} lz_slot;
+
+/* One context per driver, made at first use of one of its devices. */
+typedef struct lz_driver {
+  ze_driver_handle_t driver;
+  atomic_int ready;
+  ze_context_handle_t ctx;
+  pthread_mutex_t ev_lock; /* guards pools and free slots */
+  lz_pool *pools;
+  lz_slot *free_slots;
+  size_t free_count, free_cap, total_slots; /* free_cap >= total_slots */
+} lz_driver;
+
+/* A devbuf event. `ev` must stay the first member (see the file comment). */
+typedef struct lz_event {
+  ze_event_handle_t ev;
+  lz_slot slot;
+  int device;
+  atomic_int recorded; /* never-recorded events count as complete, as in CUDA */
+} lz_event;
+
+/* A devbuf stream. `list` must stay the first member. */
+typedef struct lz_stream {
+  ze_command_list_handle_t list;
+  pthread_mutex_t lock; /* command lists are not thread-safe */
+  int device;
+  lz_event *sync; /* signalled by stream_synchronize */
+} lz_stream;
+
+typedef struct lz_device {
+  ze_device_handle_t dev;
+  int driver;          /* index into lz_state.drivers */
+  uint32_t queue_group; /* compute queue group ordinal */
+  atomic_int ready;
+  lz_stream *default_stream;
+} lz_device;
+
+typedef struct lz_state {
+  pthread_mutex_t lock;
+  atomic_int loaded;
+  int status;
+  char reason[DEVBUF_ERROR_MESSAGE_SIZE];
+  void *lib;
+  lz_api api;
+  int ndrivers;
+  lz_driver *drivers;
+  int count;
+  lz_device *devs;
+} lz_state;
+
+/* ---- errors ----------------------------------------------------------- */
+
+static const char *lz_result_name(ze_result_t r) {
+  switch (r) {
+#define LZ_NAME(n) \
+  case n:          \
+    return #n;
+    LZ_NAME(ZE_RESULT_SUCCESS)
+    LZ_NAME(ZE_RESULT_NOT_READY)
+    LZ_NAME(ZE_RESULT_ERROR_DEVICE_LOST)
+    LZ_NAME(ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY)
+    LZ_NAME(ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)
+    LZ_NAME(ZE_RESULT_ERROR_MODULE_BUILD_FAILURE)
+    LZ_NAME(ZE_RESULT_ERROR_MODULE_LINK_FAILURE)
+    LZ_NAME(ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET)
+    LZ_NAME(ZE_RESULT_ERROR_DEVICE_IN_LOW_POWER_STATE)
+    LZ_NAME(ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS)
+    LZ_NAME(ZE_RESULT_ERROR_NOT_AVAILABLE)
+    LZ_NAME(ZE_RESULT_ERROR_DEPENDENCY_UNAVAILABLE)
+    LZ_NAME(ZE_RESULT_ERROR_UNINITIALIZED)
+    LZ_NAME(ZE_RESULT_ERROR_UNSUPPORTED_VERSION)
+    LZ_NAME(ZE_RESULT_ERROR_UNSUPPORTED_FEATURE)
+    LZ_NAME(ZE_RESULT_ERROR_INVALID_ARGUMENT)
+    LZ_NAME(ZE_RESULT_ERROR_INVALID_NULL_HANDLE)
+    LZ_NAME(ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE)
+    LZ_NAME(ZE_RESULT_ERROR_INVALID_NULL_POINTER)
+    LZ_NAME(ZE_RESULT_ERROR_INVALID_SIZE)
+    LZ_NAME(ZE_RESULT_ERROR_UNSUPPORTED_SIZE)
+    LZ_NAME(ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT)
+    LZ_NAME(ZE_RESULT_ERROR_INVALID_SYNCHRONIZATION_OBJECT)
+    LZ_NAME(ZE_RESULT_ERROR_INVALID_ENUMERATION)
+    LZ_NAME(ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION)
+    LZ_NAME(ZE_RESULT_ERROR_OVERLAPPING_REGIONS)
+    LZ_NAME(ZE_RESULT_ERROR_UNKNOWN)
+#undef LZ_NAME
+    default:
+      return "ZE_RESULT_ERROR_UNRECOGNIZED";
+  }
+}
+
+static int lz_status_of(ze_result_t r) {
+  switch (r) {
+    case ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY:
+    case ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY:
+      return DEVBUF_ENOMEM;
+    case ZE_RESULT_ERROR_DEVICE_LOST:
+    case ZE_RESULT_ERROR_UNINITIALIZED:
+      return DEVBUF_ENODEV;
+    case ZE_RESULT_ERROR_INVALID_ARGUMENT:
+    case ZE_RESULT_ERROR_INVALID_NULL_HANDLE:
+    case ZE_RESULT_ERROR_INVALID_NULL_POINTER:
+    case ZE_RESULT_ERROR_INVALID_SIZE:
+    case ZE_RESULT_ERROR_UNSUPPORTED_SIZE:
+    case ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT:
+      return DEVBUF_EINVAL;
+    case ZE_RESULT_NOT_READY:
+      return DEVBUF_EBUSY;
+    case ZE_RESULT_ERROR_UNSUPPORTED_FEATURE:
+    case ZE_RESULT_ERROR_UNSUPPORTED_VERSION:
+      return DEVBUF_ENOTSUP;
+    default:
+      return DEVBUF_EBACKEND;
+  }
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static int lz_fail(devbuf_error *err, ze_result_t r, const char *op, const char *fmt, ...) {
+  char detail[256] = "";
+  int code = lz_status_of(r);
+  if (fmt != NULL) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+  }
+  devbuf_error_set(err, code, "%s: %s (0x%x)%s%s%s", op, lz_result_name(r), (unsigned)r,
+                   detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+  if (err != NULL) err->backend_code = (int)r;
+  return code;
+}
+
+/* ---- lazy loader set-up ------------------------------------------------ */
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void lz_no_device(lz_state *st, int code, const char *fmt, ...) {
+  va_list ap;
+  st->status = code;
+  va_start(ap, fmt);
+  vsnprintf(st->reason, sizeof st->reason, fmt, ap);
+  va_end(ap);
+}
+
+static void lz_forget_devices(lz_state *st) {
+  for (int i = 0; i < st->ndrivers; i++) pthread_mutex_destroy(&st->drivers[i].ev_lock);
+  free(st->drivers);
+  free(st->devs);
+  st->drivers = NULL;
+  st->devs = NULL;
+  st->ndrivers = 0;
+  st->count = 0;
+}
+
+/* The compute queue group of a device, or UINT32_MAX. */
+static uint32_t lz_compute_group(lz_state *st, ze_device_handle_t dev) {
+  uint32_t n = 0, found = UINT32_MAX;
+  ze_command_queue_group_properties_t *props;
+  if (st->api.p_zeDeviceGetCommandQueueGroupProperties(dev, &n, NULL) != ZE_RESULT_SUCCESS ||
+      n == 0)
+    return UINT32_MAX;
+  props = calloc(n, sizeof *props);
+  if (props == NULL) return UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++) props[i].stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES;
+  if (st->api.p_zeDeviceGetCommandQueueGroupProperties(dev, &n, props) == ZE_RESULT_SUCCESS) {
+    for (uint32_t i = 0; i < n && found == UINT32_MAX; i++)
+      if (props[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE) found = i;
+    /* A copy-only device (none known yet) still moves bytes. */
+    for (uint32_t i = 0; i < n && found == UINT32_MAX; i++)
+      if (props[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COPY) found = i;
+  }
+  free(props);
+  return found;
+}
+
+static void lz_load(lz_state *st) {
+  const char *libname = getenv("DEVBUF_LEVEL_ZERO_LIBRARY");
+  const char *missing = NULL;
+  ze_driver_handle_t *drivers = NULL;
+  uint32_t ndrivers = 0, total = 0;
+  ze_result_t r;
+  if (libname == NULL || libname[0] == '\0') libname = LZ_DEFAULT_LIBRARY;
+
+  dlerror();
+  st->lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  if (st->lib == NULL) {
+    const char *why = dlerror();
+    lz_no_device(st, DEVBUF_ENODEV, "dlopen %s: %s", libname, why ? why : "unknown error");
+    return;
+  }
+#define LZ_LOAD(name)                                                 \
+  if (missing == NULL) {                                              \
+    *(void **)(&st->api.p_##name) = dlsym(st->lib, LZ_STR(name));     \
+    if (st->api.p_##name == NULL) missing = LZ_STR(name);             \
+  }
+  LZ_REQUIRED(LZ_LOAD)
+#undef LZ_LOAD
+  if (missing != NULL) {
+    lz_no_device(st, DEVBUF_ENODEV, "dlsym %s in %s: symbol not found (loader too old)", missing,
+                 libname);
+    memset(&st->api, 0, sizeof st->api);
+    return;
+  }
+
+  r = st->api.p_zeInit(0);
+  if (r != ZE_RESULT_SUCCESS) {
+    devbuf_error e;
+    lz_fail(&e, r, "zeInit", "no Level Zero driver could be initialised");
+    lz_no_device(st, DEVBUF_ENODEV, "%s", e.message);
+    return;
+  }
+  r = st->api.p_zeDriverGet(&ndrivers, NULL);
+  if (r != ZE_RESULT_SUCCESS || ndrivers == 0) {
+    devbuf_error e;
+    if (r != ZE_RESULT_SUCCESS)
+      lz_fail(&e, r, "zeDriverGet", NULL);
+    else
+      devbuf_error_set(&e, DEVBUF_ENODEV, "zeDriverGet: the loader reports 0 drivers");
+    lz_no_device(st, DEVBUF_ENODEV, "%s", e.message);
+    return;
+  }
+  drivers = calloc(ndrivers, sizeof *drivers);
+  st->drivers = calloc(ndrivers, sizeof *st->drivers);
+  if (drivers == NULL || st->drivers == NULL) goto oom;
+  r = st->api.p_zeDriverGet(&ndrivers, drivers);
+  if (r != ZE_RESULT_SUCCESS) {
+    devbuf_error e;
+    lz_fail(&e, r, "zeDriverGet", NULL);
+    lz_no_device(st, DEVBUF_ENODEV, "%s", e.message);
+    free(drivers);
+    lz_forget_devices(st);
+    return;
+  }
+  for (uint32_t i = 0; i < ndrivers; i++) {
+    uint32_t n = 0;
+    st->drivers[i].driver = drivers[i];
+    pthread_mutex_init(&st->drivers[i].ev_lock, NULL);
+    st->ndrivers = (int)i + 1;
+    if (st->api.p_zeDeviceGet(drivers[i], &n, NULL) == ZE_RESULT_SUCCESS) total += n;
+  }
+  if (total == 0) {
+    free(drivers);
+    lz_forget_devices(st);
+    lz_no_device(st, DEVBUF_ENODEV, "zeDeviceGet: %u driver%s, 0 devices", (unsigned)ndrivers,
+                 ndrivers == 1 ? "" : "s");
+    return;
+  }
+  st->devs = calloc(total, sizeof *st->devs);
+  if (st->devs == NULL) goto oom;
+  for (uint32_t i = 0; i < ndrivers; i++) {
+    uint32_t n = 0;
+    ze_device_handle_t *handles;
+    if (st->api.p_zeDeviceGet(drivers[i], &n, NULL) != ZE_RESULT_SUCCESS || n == 0) continue;
+    handles = calloc(n, sizeof *handles);
+    if (handles == NULL) goto oom;
+    if (st->api.p_zeDeviceGet(drivers[i], &n, handles) == ZE_RESULT_SUCCESS) {
+      for (uint32_t j = 0; j < n && (uint32_t)st->count < total; j++) {
+        lz_device *d = &st->devs[st->count++];
+        d->dev = handles[j];
+        d->driver = (int)i;
+        d->queue_group = lz_compute_group(st, handles[j]);
+      }
+    }
+    free(handles);
+  }
+  free(drivers);
+  if (st->count == 0) {
+    lz_forget_devices(st);
+    lz_no_device(st, DEVBUF_ENODEV, "zeDeviceGet: no device could be listed");
+    return;
+  }
+  st->status = DEVBUF_OK;
+  st->reason[0] = '\0';
+  return;
+oom:
+  free(drivers);
+  lz_forget_devices(st);
+  lz_no_device(st, DEVBUF_ENOMEM, "level_zero: out of host memory for the device table");
+}
+
+static int lz_ensure(lz_state *st, devbuf_error *err) {
+  if (st == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf.level_zero: NULL plugin state");
+  if (!atomic_load_explicit(&st->loaded, memory_order_acquire)) {
+    pthread_mutex_lock(&st->lock);
+    if (!atomic_load_explicit(&st->loaded, memory_order_relaxed)) {
+      lz_load(st);
+      atomic_store_explicit(&st->loaded, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&st->lock);
+  }
+  if (st->status != DEVBUF_OK) return devbuf_error_set(err, st->status, "%s", st->reason);
+  return DEVBUF_OK;
+}
+
+/* ---- events (internal) ------------------------------------------------ */
+
+static int lz_event_new(lz_state *st, lz_driver *drv, int device, lz_event **out,
+                        devbuf_error *err) {
+  lz_event *e = calloc(1, sizeof *e);
+  ze_event_desc_t desc;
+  ze_result_t r;
+  if (e == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of host memory");
+  pthread_mutex_lock(&drv->ev_lock);
+  if (drv->free_count == 0) {
+    /* A fresh pool; all its indices go to the free list. */
+    ze_event_pool_desc_t pdesc;
+    lz_pool *p = calloc(1, sizeof *p);
+    lz_slot *grown;
+    size_t need = drv->total_slots + LZ_EVENTS_PER_POOL;
+    if (p == NULL) goto oom_locked;
+    if (need > drv->free_cap) {
+      grown = realloc(drv->free_slots, need * sizeof *grown);
+      if (grown == NULL) {
+        free(p);
+        goto oom_locked;
+      }
+      drv->free_slots = grown;
+      drv->free_cap = need;
+    }
+    memset(&pdesc, 0, sizeof pdesc);
+    pdesc.stype = ZE_STRUCTURE_TYPE_EVENT_POOL_DESC;
+    pdesc.flags = ZE_EVENT_POOL_FLAG_HOST_VISIBLE;
+    pdesc.count = LZ_EVENTS_PER_POOL;
+    r = st->api.p_zeEventPoolCreate(drv->ctx, &pdesc, 0, NULL, &p->pool);
+    if (r != ZE_RESULT_SUCCESS) {
+      free(p);
+      pthread_mutex_unlock(&drv->ev_lock);
+      free(e);
+      return lz_fail(err, r, "zeEventPoolCreate", "%u events", LZ_EVENTS_PER_POOL);
+    }
+    p->next = drv->pools;
+    drv->pools = p;
+    drv->total_slots += LZ_EVENTS_PER_POOL;
+    for (uint32_t i = LZ_EVENTS_PER_POOL; i-- > 0;) {
+      drv->free_slots[drv->free_count].pool = p;
+      drv->free_slots[drv->free_count].index = i;
+      drv->free_count++;
+    }
+  }
+  e->slot = drv->free_slots[--drv->free_count];
+  pthread_mutex_unlock(&drv->ev_lock);
+
+  memset(&desc, 0, sizeof desc);
+  desc.stype = ZE_STRUCTURE_TYPE_EVENT_DESC;
+  desc.index = e->slot.index;
+  /* Host scope: the host reads what the device wrote once the event fires. */
+  desc.signal = ZE_EVENT_SCOPE_FLAG_HOST;
+  desc.wait = ZE_EVENT_SCOPE_FLAG_HOST;
+  r = st->api.p_zeEventCreate(e->slot.pool->pool, &desc, &e->ev);
+  if (r != ZE_RESULT_SUCCESS) {
+    pthread_mutex_lock(&drv->ev_lock);
+    drv->free_slots[drv->free_count++] = e->slot;
+    pthread_mutex_unlock(&drv->ev_lock);
+    free(e);
+    return lz_fail(err, r, "zeEventCreate", "device %d", device);
+  }
+  e->device = device;
+  atomic_init(&e->recorded, 0);
+  *out = e;
+  return DEVBUF_OK;
+oom_locked:
+  pthread_mutex_unlock(&drv->ev_lock);
+  free(e);
+  return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of host memory");
+}
+
+static ze_result_t lz_event_delete(lz_state *st, lz_driver *drv, lz_event *e) {
+  ze_result_t r = st->api.p_zeEventDestroy(e->ev);
+  /* The slot list has room: it held this slot before. */
+  pthread_mutex_lock(&drv->ev_lock);
+  drv->free_slots[drv->free_count++] = e->slot;
+  pthread_mutex_unlock(&drv->ev_lock);
+  free(e);
+  return r;
+}
+
+/* ---- streams (internal) ------------------------------------------------ */
+
+static int lz_stream_new(lz_state *st, int device, lz_stream **out, devbuf_error *err) {
+  lz_device *d = &st->devs[device];
+  lz_driver *drv = &st->drivers[d->driver];
+  ze_command_queue_desc_t desc;
+  ze_result_t r;
+  int rc;
+  lz_stream *s = calloc(1, sizeof *s);
+  if (s == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "stream_create: out of host memory");
+  if (pthread_mutex_init(&s->lock, NULL) != 0) {
+    free(s);
+    return devbuf_error_set(err, DEVBUF_EINTERNAL, "stream_create: pthread_mutex_init failed");
+  }
+  memset(&desc, 0, sizeof desc);
+  desc.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC;
+  desc.ordinal = d->queue_group;
+  desc.index = 0;
+  desc.mode = ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS;
+  desc.priority = ZE_COMMAND_QUEUE_PRIORITY_NORMAL;
+  r = st->api.p_zeCommandListCreateImmediate(drv->ctx, d->dev, &desc, &s->list);
+  if (r != ZE_RESULT_SUCCESS) {
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return lz_fail(err, r, "zeCommandListCreateImmediate", "device %d", device);
+  }
+  rc = lz_event_new(st, drv, device, &s->sync, err);
+  if (rc != DEVBUF_OK) {
+    st->api.p_zeCommandListDestroy(s->list);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return rc;
+  }
+  s->device = device;
+  *out = s;
+  return DEVBUF_OK;
+}
+
+static ze_result_t lz_stream_delete(lz_state *st, lz_stream *s) {
+  lz_driver *drv = &st->drivers[st->devs[s->device].driver];
+  ze_result_t r = st->api.p_zeCommandListDestroy(s->list);
+  lz_event_delete(st, drv, s->sync);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+  return r;
+}
+
+/* The device, with its driver's context and its default stream (first use
+ * only). */
+static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error *err) {
+  lz_device *d;
+  int rc = lz_ensure(st, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (device < 0 || device >= st->count)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "devbuf.level_zero: no device %d (%d device%s)",
+                            device, st->count, st->count == 1 ? "" : "s");
+  d = &st->devs[device];
+  if (!atomic_load_explicit(&d->ready, memory_order_acquire)) {
+    lz_driver *drv = &st->drivers[d->driver];
+    pthread_mutex_lock(&st->lock);
+    if (!atomic_load_explicit(&d->ready, memory_order_relaxed)) {
+      if (d->queue_group == UINT32_MAX) {
+        pthread_mutex_unlock(&st->lock);
+        return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                                "devbuf.level_zero: device %d has no compute or copy queue group",
+                                device);
+      }
+      if (!atomic_load_explicit(&drv->ready, memory_order_relaxed)) {
+        ze_context_desc_t cdesc;
+        ze_result_t r;
+        memset(&cdesc, 0, sizeof cdesc);
+        cdesc.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
+        r = st->api.p_zeContextCreate(drv->driver, &cdesc, &drv->ctx);
+        if (r != ZE_RESULT_SUCCESS) {
+          pthread_mutex_unlock(&st->lock);
+          return lz_fail(err, r, "zeContextCreate", "device %d", device);
+        }
+        atomic_store_explicit(&drv->ready, 1, memory_order_release);
+      }
+      rc = lz_stream_new(st, device, &d->default_stream, err);
+      if (rc != DEVBUF_OK) {
+        pthread_mutex_unlock(&st->lock);
+        return rc;
+      }
+      atomic_store_explicit(&d->ready, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&st->lock);
+  }
+  *out = d;
+  return DEVBUF_OK;
+}
+
+static lz_stream *lz_stream_of(lz_device *d, void *stream) {
+  return stream != NULL ? (lz_stream *)stream : d->default_stream;
+}
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+static int lz_init(void **state, devbuf_error *err) {
+  /* Cheap by contract: no dlopen, no driver call. */
+  lz_state *st = calloc(1, sizeof *st);
+  if (st == NULL)
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.level_zero init: out of memory");
+  if (pthread_mutex_init(&st->lock, NULL) != 0) {
+    free(st);
+    return devbuf_error_set(err, DEVBUF_EINIT,
+                            "devbuf.level_zero init: pthread_mutex_init failed");
+  }
+  atomic_init(&st->loaded, 0);
+  *state = st;
+  return DEVBUF_OK;
+}
+
+static void lz_shutdown(void *state) {
+  lz_state *st = state;
+  if (st == NULL) return;
+  for (int i = 0; i < st->count; i++)
+    if (atomic_load(&st->devs[i].ready) && st->devs[i].default_stream != NULL)
+      lz_stream_delete(st, st->devs[i].default_stream);
+  for (int i = 0; i < st->ndrivers; i++) {
+    lz_driver *drv = &st->drivers[i];
+    for (lz_pool *p = drv->pools, *next; p != NULL; p = next) {
+      next = p->next;
+      st->api.p_zeEventPoolDestroy(p->pool);
+      free(p);
+    }
+    free(drv->free_slots);
+    if (atomic_load(&drv->ready)) st->api.p_zeContextDestroy(drv->ctx);
+  }
+  /* The loader stays loaded: drivers keep threads and exit handlers. */
+  lz_forget_devices(st);
+  pthread_mutex_destroy(&st->lock);
+  free(st);
+}
+
+/* ---- devices ------------------------------------------------------------ */
+
+static int lz_device_count(void *state, int *count, devbuf_error *err) {
+  lz_state *st = state;
+  int rc;
+  if (count == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_count: NULL count");
+  rc = lz_ensure(st, err);
+  *count = rc == DEVBUF_OK ? st->count : 0;
+  return rc;
+}
+
+static int lz_device_props(void *state, int device, devbuf_device_props *props,
+                           devbuf_error *err) {
+  lz_state *st = state;
+  devbuf_device_props p;
+  ze_device_properties_t zp;
+  uint32_t nmem = 0;
+  lz_device *d;
+  size_t n;
+  ze_result_t r;
+  int rc;
+  if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: NULL props");
+  rc = lz_ensure(st, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (device < 0 || device >= st->count)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "devbuf.level_zero: no device %d (%d device%s)",
+                            device, st->count, st->count == 1 ? "" : "s");
+  d = &st->devs[device];
+  memset(&p, 0, sizeof p);
+  memset(&zp, 0, sizeof zp);
+  zp.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
+  r = st->api.p_zeDeviceGetProperties(d->dev, &zp);
+  if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeDeviceGetProperties", "device %d", device);
+  snprintf(p.name, sizeof p.name, "%.*s", (int)sizeof zp.name, zp.name);
+  if (zp.vendorId == 0x8086)
+    snprintf(p.vendor, sizeof p.vendor, "Intel");
+  else
+    snprintf(p.vendor, sizeof p.vendor, "PCI vendor 0x%04x", (unsigned)zp.vendorId);
+  if (st->api.p_zeDeviceGetMemoryProperties(d->dev, &nmem, NULL) == ZE_RESULT_SUCCESS &&
+      nmem > 0) {
+    ze_device_memory_properties_t *mp = calloc(nmem, sizeof *mp);
+    if (mp != NULL) {
+      for (uint32_t i = 0; i < nmem; i++) mp[i].stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES;
+      if (st->api.p_zeDeviceGetMemoryProperties(d->dev, &nmem, mp) == ZE_RESULT_SUCCESS)
+        for (uint32_t i = 0; i < nmem; i++) p.total_memory += mp[i].totalSize;
+      free(mp);
+    }
+  }
+  /* Free memory needs the Sysman API (zes); left 0, i.e. unknown. */
+  p.flags = DEVBUF_DEVICE_ASYNC;
+  p.alloc_alignment = LZ_ALIGNMENT;
+  p.dlpack_device_type = DEVBUF_DL_ONEAPI;
+  p.dlpack_device_id = device;
+  n = props->struct_size ? props->struct_size : sizeof p;
+  if (n > sizeof p) n = sizeof p;
+  if (n < offsetof(devbuf_device_props, flags) + sizeof p.flags)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: struct_size %u is too small",
+                            (unsigned)props->struct_size);
+  p.struct_size = (uint32_t)n;
+  memcpy(props, &p, n);
+  return DEVBUF_OK;
+}
+
+/* ---- streams ---------------------------------------------------------- */
+
+/* Host-wait for everything appended to `s` so far. */
+static int lz_stream_wait_host(lz_state *st, lz_stream *s, devbuf_error *err) {
+  ze_result_t r;
+  pthread_mutex_lock(&s->lock);
+  r = st->api.p_zeEventHostReset(s->sync->ev);
+  if (r == ZE_RESULT_SUCCESS) r = st->api.p_zeCommandListAppendBarrier(s->list, s->sync->ev, 0, NULL);
+  pthread_mutex_unlock(&s->lock);
+  if (r != ZE_RESULT_SUCCESS)
+    return lz_fail(err, r, "zeCommandListAppendBarrier", "device %d", s->device);
+  /* Outside the lock: a second synchronizer may reset and re-signal the
+   * event, which only makes this wait longer, never shorter. */
+  r = st->api.p_zeEventHostSynchronize(s->sync->ev, UINT64_MAX);
+  if (r != ZE_RESULT_SUCCESS)
+    return lz_fail(err, r, "zeEventHostSynchronize", "device %d", s->device);
+  return DEVBUF_OK;
+}
+
+static int lz_stream_create(void *state, int device, void **stream, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_stream *s = NULL;
+  int rc;
+  if (stream == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_create: NULL stream");
+  *stream = NULL;
+  rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  rc = lz_stream_new(st, device, &s, err);
+  if (rc != DEVBUF_OK) return rc;
+  *stream = s;
+  return DEVBUF_OK;
+}
+
+static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_stream *s = stream;
+  ze_result_t r;
+  int rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (s == NULL) return DEVBUF_OK; /* the default stream is never destroyed by the host */
+  if (s->device != device)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: stream belongs to device %d, not %d",
+                            s->device, device);
+  /* Destroying an immediate list with work in flight is undefined: drain. */
+  rc = lz_stream_wait_host(st, s, err);
+  if (rc != DEVBUF_OK) return rc;
+  r = lz_stream_delete(st, s);
+  if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeCommandListDestroy", "device %d", device);
+  return DEVBUF_OK;
+}
+
+static int lz_stream_synchronize(void *state, int device, void *stream, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  int rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  return lz_stream_wait_host(st, lz_stream_of(d, stream), err);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static int lz_mem_alloc(void *state, int device, size_t size, size_t alignment, void *stream,
+                        void **ptr, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  ze_device_mem_alloc_desc_t desc;
+  ze_result_t r;
+  int rc;
+  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: NULL ptr");
+  *ptr = NULL;
+  if (alignment & (alignment - 1))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: alignment %zu is not a power of two",
+                            alignment);
+  rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  memset(&desc, 0, sizeof desc);
+  desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
+  desc.ordinal = 0;
+  /* Allocation is immediate (Level Zero has no stream-ordered allocator), so
+   * the memory is usable on every stream at once. */
+  r = st->api.p_zeMemAllocDevice(st->drivers[d->driver].ctx, &desc, size ? size : 1,
+                                 alignment > LZ_ALIGNMENT ? alignment : LZ_ALIGNMENT, d->dev, ptr);
+  if (r != ZE_RESULT_SUCCESS) {
+    *ptr = NULL;
+    return lz_fail(err, r, "zeMemAllocDevice", "%zu bytes on device %d", size, device);
+  }
+  return DEVBUF_OK;
+}
+
+static int lz_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  ze_result_t r;
+  int rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "mem_free: NULL pointer");
+  /* zeMemFree is immediate: wait for the stream the free is ordered on, so
+   * that work already queued there is done with the memory. */
+  rc = lz_stream_wait_host(st, lz_stream_of(d, stream), err);
+  if (rc != DEVBUF_OK) return rc;
+  r = st->api.p_zeMemFree(st->drivers[d->driver].ctx, ptr);
+  if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeMemFree", "%p on device %d", ptr, device);
+  return DEVBUF_OK;
+}
+
+static int lz_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  ze_host_mem_alloc_desc_t desc;
+  ze_result_t r;
+  int rc;
+  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "host_alloc: NULL ptr");
+  *ptr = NULL;
+  rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  memset(&desc, 0, sizeof desc);
+  desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
+  r = st->api.p_zeMemAllocHost(st->drivers[d->driver].ctx, &desc, size ? size : 1, 64, ptr);
+  if (r != ZE_RESULT_SUCCESS) {
+    *ptr = NULL;
+    return lz_fail(err, r, "zeMemAllocHost", "%zu bytes", size);
+  }
+  return DEVBUF_OK;
+}
+
+static int lz_host_free(void *state, int device, void *ptr, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  ze_result_t r;
+  int rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "host_free: NULL pointer");
+  r = st->api.p_zeMemFree(st->drivers[d->driver].ctx, ptr);
+  if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeMemFree", "host %p", ptr);
+  return DEVBUF_OK;
+}
+
+/* ---- copies -------------------------------------------------------------- */
+
+/* Append one copy and the barrier that keeps the stream in order. `dst`
+ * and `src` are (pointer, offset) pairs checked here, after the device. */
+static int lz_copy(lz_state *st, int device, void *stream, void *dst, size_t dst_offset,
+                   const void *src, size_t src_offset, size_t nbytes, const char *what,
+                   devbuf_error *err) {
+  lz_device *d;
+  lz_stream *s;
+  ze_result_t r;
+  uintptr_t to = (uintptr_t)dst, from = (uintptr_t)src;
+  const char *op = "zeCommandListAppendMemoryCopy";
+  int rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (nbytes == 0) return DEVBUF_OK;
+  if (dst == NULL || src == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL %s", what, dst ? "src" : "dst");
+  if (dst_offset > UINTPTR_MAX - to || src_offset > UINTPTR_MAX - from)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: offset overflows", what);
+  to += dst_offset;
+  from += src_offset;
+  s = lz_stream_of(d, stream);
+  pthread_mutex_lock(&s->lock);
+  r = st->api.p_zeCommandListAppendMemoryCopy(s->list, (void *)to, (const void *)from, nbytes,
+                                              NULL, 0, NULL);
+  if (r == ZE_RESULT_SUCCESS) {
+    op = "zeCommandListAppendBarrier";
+    r = st->api.p_zeCommandListAppendBarrier(s->list, NULL, 0, NULL);
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (r != ZE_RESULT_SUCCESS)
+    return lz_fail(err, r, op, "%s of %zu bytes on device %d", what, nbytes, device);
+  return DEVBUF_OK;
+}
+
+static int lz_copy_h2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
+                       size_t nbytes, void *stream, devbuf_error *err) {
+  return lz_copy(state, device, stream, dst, dst_offset, src, 0, nbytes, "copy_h2d", err);
+}
+
+static int lz_copy_d2h(void *state, int device, void *dst, const void *src, size_t src_offset,
+                       size_t nbytes, void *stream, devbuf_error *err) {
+  return lz_copy(state, device, stream, dst, 0, src, src_offset, nbytes, "copy_d2h", err);
+}
+
+static int lz_copy_d2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
+                       size_t src_offset, size_t nbytes, void *stream, devbuf_error *err) {
+  return lz_copy(state, device, stream, dst, dst_offset, src, src_offset, nbytes, "copy_d2d",
+                 err);
+}
+
+/* ---- events --------------------------------------------------------- */
+
+static int lz_event_create(void *state, int device, void **event, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_event *e = NULL;
+  int rc;
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_create: NULL event");
+  *event = NULL;
+  rc = lz_device_get(st, device, &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  rc = lz_event_new(st, &st->drivers[d->driver], device, &e, err);
+  if (rc != DEVBUF_OK) return rc;
+  *event = e;
+  return DEVBUF_OK;
+}
+
+static int lz_event_check(lz_state *st, int device, void *event, const char *op, lz_device **d,
+                          devbuf_error *err) {
+  int rc = lz_device_get(st, device, d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL event", op);
+  return DEVBUF_OK;
+}
+
+static int lz_event_destroy(void *state, int device, void *event, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  ze_result_t r;
+  int rc = lz_event_check(st, device, event, "event_destroy", &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  r = lz_event_delete(st, &st->drivers[d->driver], event);
+  if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeEventDestroy", "device %d", device);
+  return DEVBUF_OK;
+}
+
+static int lz_event_record(void *state, int device, void *event, void *stream,
+                           devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_event *e = event;
+  lz_stream *s;
+  ze_result_t r;
+  const char *op = "zeEventHostReset";
+  int rc = lz_event_check(st, device, event, "event_record", &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  s = lz_stream_of(d, stream);
+  /* Re-recording replaces the previous capture, as a CUDA event does: reset
+   * on the host, then signal after everything appended so far. */
+  pthread_mutex_lock(&s->lock);
+  r = st->api.p_zeEventHostReset(e->ev);
+  if (r == ZE_RESULT_SUCCESS) {
+    op = "zeCommandListAppendBarrier";
+    r = st->api.p_zeCommandListAppendBarrier(s->list, e->ev, 0, NULL);
+  }
+  if (r == ZE_RESULT_SUCCESS) atomic_store(&e->recorded, 1);
+  pthread_mutex_unlock(&s->lock);
+  if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, op, "device %d", device);
+  return DEVBUF_OK;
+}
+
+static int lz_stream_wait_event(void *state, int device, void *stream, void *event,
+                                devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_event *e = event;
+  lz_stream *s;
+  ze_result_t r;
+  int rc = lz_event_check(st, device, event, "stream_wait_event", &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (!atomic_load(&e->recorded)) return DEVBUF_OK; /* nothing captured: nothing to wait for */
+  s = lz_stream_of(d, stream);
+  pthread_mutex_lock(&s->lock);
+  r = st->api.p_zeCommandListAppendWaitOnEvents(s->list, 1, &e->ev);
+  pthread_mutex_unlock(&s->lock);
+  if (r != ZE_RESULT_SUCCESS)
+    return lz_fail(err, r, "zeCommandListAppendWaitOnEvents", "device %d", device);
+  return DEVBUF_OK;
+}
+
+static int lz_event_synchronize(void *state, int device, void *event, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_event *e = event;
+  ze_result_t r;
+  int rc = lz_event_check(st, device, event, "event_synchronize", &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (!atomic_load(&e->recorded)) return DEVBUF_OK;
+  r = st->api.p_zeEventHostSynchronize(e->ev, UINT64_MAX);
+  if (r != ZE_RESULT_SUCCESS)
+    return lz_fail(err, r, "zeEventHostSynchronize", "device %d", device);
+  return DEVBUF_OK;
+}
+
+static int lz_event_query(void *state, int device, void *event, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d;
+  lz_event *e = event;
+  ze_result_t r;
+  int rc = lz_event_check(st, device, event, "event_query", &d, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (!atomic_load(&e->recorded)) return DEVBUF_OK;
+  r = st->api.p_zeEventQueryStatus(e->ev);
+  if (r == ZE_RESULT_SUCCESS) return DEVBUF_OK;
+  if (r == ZE_RESULT_NOT_READY) return DEVBUF_EBUSY;
+  return lz_fail(err, r, "zeEventQueryStatus", "device %d", device);
+}
+
+/* ---- device_info ------------------------------------------------------ */
+
+#define LZ_INFO_FLAGS (DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE | DEVBUF_DEVICE_INFO_READONLY)
+
+static int lz_device_info_export(void *state, const char *identifier, int device, void *event,
+                                 void *stream, uint32_t flags, void *out, size_t capacity,
+                                 size_t *size, devbuf_error *err) {
+  lz_state *st = state;
+  devbuf_device_info info;
+  int rc;
+  if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
+    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
+                            "device_info_export: devbuf.level_zero does not implement \"%s\"",
+                            identifier ? identifier : "(null)");
+  if (out == NULL || size == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: NULL %s",
+                            out ? "size" : "out");
+  if (capacity < sizeof info)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device_info_export: capacity %zu < %zu bytes of devbuf_device_info",
+                            capacity, sizeof info);
+  if (flags & ~LZ_INFO_FLAGS)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: unknown flags 0x%x",
+                            (unsigned)(flags & ~LZ_INFO_FLAGS));
+  rc = lz_ensure(st, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (device < 0 || device >= st->count)
+    return devbuf_error_set(err, DEVBUF_ENODEV, "device_info_export: no device %d (%d devices)",
+                            device, st->count);
+  memset(&info, 0, sizeof info);
+  info.struct_size = (uint32_t)sizeof info;
+  info.version = DEVBUF_DEVICE_INFO_VERSION;
+  info.device_ordinal = device;
+  info.flags = flags;
+  info.event = event;   /* lz_event*, first member ze_event_handle_t */
+  info.stream = stream; /* lz_stream*, first member ze_command_list_handle_t */
+  memcpy(out, &info, sizeof info);
+  *size = sizeof info;
+  return DEVBUF_OK;
+}
+
+static int lz_device_info_import(void *state, const char *identifier, const void *info,
+                                 devbuf_device_info_desc *out, devbuf_error *err) {
+  lz_state *st = state;
+  devbuf_device_info in;
+  devbuf_device_info_desc desc;
+  size_t n;
+  int rc;
+  if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
+    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
+                            "device_info_import: devbuf.level_zero does not implement \"%s\"",
+                            identifier ? identifier : "(null)");
+  if (info == NULL || out == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: NULL %s",
+                            info ? "out" : "info");
+  memcpy(&in.struct_size, info, sizeof in.struct_size);
+  if (in.struct_size < sizeof in)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device_info_import: struct_size %u < %zu (devbuf_device_info v1)",
+                            (unsigned)in.struct_size, sizeof in);
+  memcpy(&in, info, sizeof in);
+  if (in.version < 1)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: version %u is not valid",
+                            (unsigned)in.version);
+  if (in.version == 1) {
+    int dirty = in.reserved0 != 0;
+    for (size_t i = 0; i < sizeof in.reserved / sizeof in.reserved[0]; i++)
+      dirty |= in.reserved[i] != 0;
+    if (dirty)
+      return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: reserved fields not zero");
+  }
+  if (in.flags & ~LZ_INFO_FLAGS)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: unknown flags 0x%x",
+                            (unsigned)(in.flags & ~LZ_INFO_FLAGS));
+  if (in.device_ordinal < 0)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: device_ordinal %d < 0",
+                            (int)in.device_ordinal);
+  rc = lz_ensure(st, err);
+  if (rc != DEVBUF_OK) return rc;
+  if (in.device_ordinal >= st->count)
+    return devbuf_error_set(err, DEVBUF_ENODEV,
+                            "device_info_import: device_ordinal %d out of range (%d devices)",
+                            (int)in.device_ordinal, st->count);
+  memset(&desc, 0, sizeof desc);
+  desc.flags = in.flags;
+  desc.device_ordinal = in.device_ordinal;
+  desc.event = in.event;
+  desc.stream = in.stream;
+  n = out->struct_size ? out->struct_size : sizeof desc;
+  if (n > sizeof desc) n = sizeof desc;
+  desc.struct_size = (uint32_t)n;
+  memcpy(out, &desc, n);
+  return DEVBUF_OK;
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static const char *const lz_identifiers[] = {LZ_IDENTIFIER, NULL};
+
+static const devbuf_plugin_table lz_table = {
+    .struct_size = sizeof(devbuf_plugin_table),
+    .abi_major = DEVBUF_ABI_MAJOR,
+    .abi_minor = DEVBUF_ABI_MINOR,
+    .name = "level_zero",
+    .version = LZ_PLUGIN_VERSION,
+    .description = "oneAPI Level Zero devices (libze_loader.so.1, loaded at first use)",
+    .identifiers = lz_identifiers,
+    .init = lz_init,
+    .shutdown = lz_shutdown,
+    .device_count = lz_device_count,
+    .device_props = lz_device_props,
+    .mem_alloc = lz_mem_alloc,
+    .mem_free = lz_mem_free,
+    .copy_h2d = lz_copy_h2d,
+    .copy_d2h = lz_copy_d2h,
+    .copy_d2d = lz_copy_d2d,
+    .stream_create = lz_stream_create,
+    .stream_destroy = lz_stream_destroy,
+    .stream_synchronize = lz_stream_synchronize,
+    .event_create = lz_event_create,
+    .event_destroy = lz_event_destroy,
+    .event_record = lz_event_record,
+    .stream_wait_event = lz_stream_wait_event,
+    .event_synchronize = lz_event_synchronize,
+    .event_query = lz_event_query,
+    .device_info_export = lz_device_info_export,
+    .device_info_import = lz_device_info_import,
+    .dtype_namespaces = NULL,
+    .host_alloc = lz_host_alloc,
+    .host_free = lz_host_free,
+    .ext_functions = NULL,
+    .ext_function_count = 0,
+};
+
+DEVBUF_PLUGIN_EXPORT const devbuf_plugin_table *devbuf_plugin_entry(void) { return &lz_table; }
