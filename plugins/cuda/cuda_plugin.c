@@ -767,9 +767,9 @@ static int cuda_stream_destroy(void *state, int device, void *stream, devbuf_err
   CUresult r;
   int rc = cuda_enter(st, device, &d, &scope, err);
   if (rc != DEVBUF_OK) return rc;
-  if (stream == NULL) { /* the default stream is never created, so never destroyed */
+  if (stream == NULL) { /* the default stream was never created, so cannot be destroyed */
     cuda_leave(st, &scope);
-    return DEVBUF_OK;
+    return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: NULL is the default stream");
   }
   r = st->api.p_cuStreamDestroy((CUstream)stream);
   cuda_leave(st, &scope);
@@ -923,10 +923,13 @@ static int cuda_device_info_import(void *state, const char *identifier, const vo
                             "device_info_import: struct_size %u < %zu (devbuf_device_info v1)",
                             (unsigned)in.struct_size, sizeof in);
   memcpy(&in, info, sizeof in);
-  if (in.version < 1)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: version %u is not valid",
-                            (unsigned)in.version);
-  if (in.version == 1) {
+  /* Growth happens through struct_size; a new version number would mean a
+   * changed meaning this reader cannot know. */
+  if (in.version != DEVBUF_DEVICE_INFO_VERSION)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device_info_import: version %u, this reader knows version %d",
+                            (unsigned)in.version, DEVBUF_DEVICE_INFO_VERSION);
+  {
     /* A v1 writer zeroes reserved space; anything else is not a v1 struct. */
     int dirty = in.reserved0 != 0;
     for (size_t i = 0; i < sizeof in.reserved / sizeof in.reserved[0]; i++)

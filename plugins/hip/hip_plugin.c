@@ -726,9 +726,9 @@ static int hip_stream_destroy(void *state, int device, void *stream, devbuf_erro
   hipError_t r;
   int rc = hip_enter(st, device, &d, &scope, err);
   if (rc != DEVBUF_OK) return rc;
-  if (stream == NULL) { /* the default stream is never created, so never destroyed */
+  if (stream == NULL) { /* the default stream was never created, so cannot be destroyed */
     hip_leave(st, &scope);
-    return DEVBUF_OK;
+    return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: NULL is the default stream");
   }
   r = st->api.p_hipStreamDestroy((hipStream_t)stream);
   hip_leave(st, &scope);
@@ -879,10 +879,13 @@ static int hip_device_info_import(void *state, const char *identifier, const voi
                             "device_info_import: struct_size %u < %zu (devbuf_device_info v1)",
                             (unsigned)in.struct_size, sizeof in);
   memcpy(&in, info, sizeof in);
-  if (in.version < 1)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: version %u is not valid",
-                            (unsigned)in.version);
-  if (in.version == 1) {
+  /* Growth happens through struct_size; a new version number would mean a
+   * changed meaning this reader cannot know. */
+  if (in.version != DEVBUF_DEVICE_INFO_VERSION)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device_info_import: version %u, this reader knows version %d",
+                            (unsigned)in.version, DEVBUF_DEVICE_INFO_VERSION);
+  {
     int dirty = in.reserved0 != 0;
     for (size_t i = 0; i < sizeof in.reserved / sizeof in.reserved[0]; i++)
       dirty |= in.reserved[i] != 0;

@@ -695,7 +695,8 @@ static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error
   ze_result_t r;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
-  if (s == NULL) return DEVBUF_OK; /* the default stream is never destroyed by the host */
+  if (s == NULL) /* the default stream was never created, so cannot be destroyed */
+    return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: NULL is the default stream");
   if (s->device != device)
     return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: stream belongs to device %d, not %d",
                             s->device, device);
@@ -1013,10 +1014,13 @@ static int lz_device_info_import(void *state, const char *identifier, const void
                             "device_info_import: struct_size %u < %zu (devbuf_device_info v1)",
                             (unsigned)in.struct_size, sizeof in);
   memcpy(&in, info, sizeof in);
-  if (in.version < 1)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: version %u is not valid",
-                            (unsigned)in.version);
-  if (in.version == 1) {
+  /* Growth happens through struct_size; a new version number would mean a
+   * changed meaning this reader cannot know. */
+  if (in.version != DEVBUF_DEVICE_INFO_VERSION)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "device_info_import: version %u, this reader knows version %d",
+                            (unsigned)in.version, DEVBUF_DEVICE_INFO_VERSION);
+  {
     int dirty = in.reserved0 != 0;
     for (size_t i = 0; i < sizeof in.reserved / sizeof in.reserved[0]; i++)
       dirty |= in.reserved[i] != 0;
