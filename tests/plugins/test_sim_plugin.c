@@ -889,7 +889,7 @@ typedef struct test_case {
   void (*fn)(void);
 } test_case;
 
-#define CASE(fn) {#fn + 5, fn} /* name without "test_" */
+#define CASE(fn) {&(#fn)[5], fn} /* name without "test_" */
 static const test_case cases[] = {
     CASE(test_table),         CASE(test_lazy_threads),
     CASE(test_props),         CASE(test_roundtrip),
