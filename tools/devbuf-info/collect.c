@@ -1,0 +1,455 @@
+/* Gathering facts: plugins, identifiers, devices, dtype namespaces.
+ *
+ * Device probing is the only step that runs driver code (a plugin's
+ * device_count may initialise CUDA, an OpenCL ICD, ...). In-process it is a
+ * plain call; with --isolate each loaded plugin is probed in a forked child
+ * that writes fixed-size records into a pipe, so that a driver which crashes
+ * or never returns costs one child, not the listing. All children run at
+ * once and share one deadline, so the whole probe is bounded by --timeout
+ * however many plugins hang. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "info.h"
+
+#ifdef DEVBUF_INFO_HAVE_FORMAT
+#include "devbuf/format.h"
+#endif
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+const char *info_signal_name(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGABRT: return "SIGABRT";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGSYS: return "SIGSYS";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGHUP: return "SIGHUP";
+    case SIGALRM: return "SIGALRM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    default: return NULL;
+  }
+}
+
+const char *info_status_word(const info_plugin *p) {
+  if (p->pi.state == DEVBUF_PLUGIN_FAILED) return "load_failed";
+  if (p->pi.state == DEVBUF_PLUGIN_UNREGISTERED) return "unregistered";
+  switch (p->probe) {
+    case INFO_PROBE_OK: return "ok";
+    case INFO_PROBE_NO_DEVICE: return "no_device";
+    case INFO_PROBE_ERROR: return "probe_failed";
+    case INFO_PROBE_CRASHED: return "crashed";
+    case INFO_PROBE_TIMED_OUT: return "timed_out";
+    case INFO_PROBE_CHILD_FAILED: return "probe_failed";
+    default: return "not_probed";
+  }
+}
+
+int info_any_failure(const info_model *m) {
+  for (size_t i = 0; i < m->nplugins; i++) {
+    const info_plugin *p = &m->plugins[i];
+    if (p->pi.state == DEVBUF_PLUGIN_FAILED) return 1;
+    if (p->probe == INFO_PROBE_ERROR || p->probe == INFO_PROBE_CRASHED ||
+        p->probe == INFO_PROBE_TIMED_OUT || p->probe == INFO_PROBE_CHILD_FAILED)
+      return 1;
+  }
+  return 0;
+}
+
+/* The runtime prefixes device_count failures with "NAME: no device: "; the
+ * listing already names the plugin and its status, so keep only the why. */
+static void set_reason(info_plugin *p, const char *msg) {
+  const char *name = p->pi.name;
+  if (name != NULL) {
+    size_t n = strlen(name);
+    if (strncmp(msg, name, n) == 0 && strncmp(msg + n, ": no device: ", 13) == 0)
+      msg += n + 13;
+  }
+  snprintf(p->probe_reason, sizeof p->probe_reason, "%s", msg);
+}
+
+/* Probe one plugin in this process: device count, then each device's props. */
+static void probe_plugin(info_plugin *p) {
+  if (p->pi.state != DEVBUF_PLUGIN_LOADED || p->primary_id == NULL) {
+    p->probe = INFO_PROBE_NOT_LOADED;
+    return;
+  }
+  devbuf_error e;
+  devbuf_error_clear(&e);
+  int n = 0;
+  int rc = devbuf_plugin_device_count(p->index, &n, &e);
+  p->probe_status = rc;
+  if (rc != DEVBUF_OK) {
+    p->probe = rc == DEVBUF_ENODEV ? INFO_PROBE_NO_DEVICE : INFO_PROBE_ERROR;
+    set_reason(p, e.message[0] ? e.message : devbuf_status_name(rc));
+    return;
+  }
+  p->probe = INFO_PROBE_OK;
+  p->device_count = n;
+  size_t nd = n < INFO_MAX_DEVICES ? (size_t)n : INFO_MAX_DEVICES;
+  p->devices = calloc(nd ? nd : 1, sizeof *p->devices);
+  if (p->devices == NULL) return;
+  p->ndevices = nd;
+  for (size_t d = 0; d < nd; d++) {
+    info_device *dv = &p->devices[d];
+    devbuf_device dev;
+    dv->ordinal = (int)d;
+    devbuf_error_clear(&e);
+    rc = devbuf_device_open2(p->primary_id, (int)d, &dev, &e);
+    if (rc == DEVBUF_OK) {
+      dv->props.struct_size = sizeof dv->props;
+      rc = devbuf_device_props_get(&dev, &dv->props, &e);
+    }
+    dv->status = rc;
+    if (rc != DEVBUF_OK) snprintf(dv->error, sizeof dv->error, "%s", e.message);
+  }
+}
+
+/* ---- --isolate -------------------------------------------------------------- */
+
+#define PROBE_MAGIC 0x44425046 /* "DBPF" */
+
+typedef struct probe_record {
+  int32_t magic;
+  int32_t probe;
+  int32_t status;
+  int32_t count;
+  int32_t ndevices;
+  char reason[INFO_REASON_MAX];
+} probe_record;
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* In the child: probe, send, and leave without running atexit handlers or
+ * plugin destructors (they belong to the parent). */
+static void child_probe(info_plugin *p, int fd) {
+  struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core); /* a crashing driver should not dump core */
+  probe_plugin(p);
+  probe_record r;
+  memset(&r, 0, sizeof r);
+  r.magic = PROBE_MAGIC;
+  r.probe = p->probe;
+  r.status = p->probe_status;
+  r.count = p->device_count;
+  r.ndevices = (int32_t)p->ndevices;
+  memcpy(r.reason, p->probe_reason, sizeof r.reason);
+  int bad = write_all(fd, &r, sizeof r);
+  for (size_t d = 0; !bad && d < p->ndevices; d++)
+    bad = write_all(fd, &p->devices[d], sizeof p->devices[d]);
+  _exit(bad ? 3 : 0);
+}
+
+typedef struct probe_child {
+  pid_t pid;
+  int fd;          /* read end, -1 once EOF */
+  char *buf;
+  size_t len, cap;
+  int exited;      /* waitpid collected it */
+  int wstatus;
+} probe_child;
+
+static void child_read(probe_child *c) {
+  for (;;) {
+    if (c->cap - c->len < 4096) {
+      size_t ncap = c->cap ? c->cap * 2 : 8192;
+      char *nb = realloc(c->buf, ncap);
+      if (nb == NULL) { close(c->fd); c->fd = -1; return; }
+      c->buf = nb;
+      c->cap = ncap;
+    }
+    ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
+    if (r > 0) { c->len += (size_t)r; continue; }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    close(c->fd); /* EOF or error */
+    c->fd = -1;
+    return;
+  }
+}
+
+/* Turn what a finished child sent into the plugin's probe result. */
+static void child_result(info_plugin *p, probe_child *c, double timeout_s) {
+  if (!c->exited) {
+    p->probe = INFO_PROBE_TIMED_OUT;
+    p->probe_status = DEVBUF_ETIMEDOUT;
+    snprintf(p->probe_reason, sizeof p->probe_reason,
+             "timed out after %g s: device_count did not return; probe process killed",
+             timeout_s);
+    return;
+  }
+  if (WIFSIGNALED(c->wstatus)) {
+    int sig = WTERMSIG(c->wstatus);
+    const char *sn = info_signal_name(sig);
+    char sbuf[32];
+    if (sn == NULL) { snprintf(sbuf, sizeof sbuf, "signal %d", sig); sn = sbuf; }
+    p->probe = INFO_PROBE_CRASHED;
+    p->probe_status = DEVBUF_EBACKEND;
+    p->term_signal = sig;
+    snprintf(p->probe_reason, sizeof p->probe_reason,
+             "crashed: %s (%s) while probing devices", sn, strsignal(sig));
+    return;
+  }
+  probe_record r;
+  if (c->len >= sizeof r) memcpy(&r, c->buf, sizeof r);
+  int ok = WIFEXITED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0 && c->len >= sizeof r &&
+           r.magic == PROBE_MAGIC && r.ndevices >= 0 && r.ndevices <= INFO_MAX_DEVICES &&
+           c->len == sizeof r + (size_t)r.ndevices * sizeof(info_device);
+  if (!ok) {
+    p->probe = INFO_PROBE_CHILD_FAILED;
+    p->probe_status = DEVBUF_EINTERNAL;
+    p->child_exit = WIFEXITED(c->wstatus) ? WEXITSTATUS(c->wstatus) : -1;
+    snprintf(p->probe_reason, sizeof p->probe_reason,
+             "probe process exited with status %d after sending %zu bytes (expected a full "
+             "result); the plugin may have called exit()", p->child_exit, c->len);
+    return;
+  }
+  p->probe = r.probe;
+  p->probe_status = r.status;
+  p->device_count = r.count;
+  r.reason[sizeof r.reason - 1] = '\0';
+  memcpy(p->probe_reason, r.reason, sizeof p->probe_reason);
+  if (r.ndevices > 0) {
+    p->devices = calloc((size_t)r.ndevices, sizeof *p->devices);
+    if (p->devices != NULL) {
+      memcpy(p->devices, c->buf + sizeof r, (size_t)r.ndevices * sizeof *p->devices);
+      p->ndevices = (size_t)r.ndevices;
+      for (size_t d = 0; d < p->ndevices; d++) {
+        p->devices[d].error[sizeof p->devices[d].error - 1] = '\0';
+        p->devices[d].props.name[sizeof p->devices[d].props.name - 1] = '\0';
+        p->devices[d].props.vendor[sizeof p->devices[d].props.vendor - 1] = '\0';
+      }
+    }
+  }
+}
+
+static int probe_isolated(info_model *m, double timeout_s, devbuf_error *err) {
+  probe_child *kids = calloc(m->nplugins ? m->nplugins : 1, sizeof *kids);
+  if (kids == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "--isolate: out of memory");
+  fflush(NULL); /* a child must not re-emit our buffered output */
+  int rc = DEVBUF_OK;
+  for (size_t i = 0; i < m->nplugins; i++) {
+    info_plugin *p = &m->plugins[i];
+    kids[i].pid = -1;
+    kids[i].fd = -1;
+    if (p->pi.state != DEVBUF_PLUGIN_LOADED) { p->probe = INFO_PROBE_NOT_LOADED; continue; }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      rc = devbuf_error_set(err, DEVBUF_EINTERNAL, "--isolate: pipe: %s", strerror(errno));
+      break;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      rc = devbuf_error_set(err, DEVBUF_EINTERNAL, "--isolate: fork: %s", strerror(errno));
+      break;
+    }
+    if (pid == 0) {
+      close(fds[0]);
+      child_probe(p, fds[1]);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    kids[i].pid = pid;
+    kids[i].fd = fds[0];
+  }
+
+  double deadline = now_ms() + timeout_s * 1e3;
+  struct pollfd *pfd = calloc(m->nplugins ? m->nplugins : 1, sizeof *pfd);
+  size_t *owner = calloc(m->nplugins ? m->nplugins : 1, sizeof *owner);
+  for (;;) {
+    size_t n = 0;
+    int waiting = 0;
+    for (size_t i = 0; i < m->nplugins; i++) {
+      probe_child *c = &kids[i];
+      if (c->pid < 0 || c->exited) continue;
+      if (c->fd < 0) { /* pipe closed: collect the child if it is done */
+        pid_t w = waitpid(c->pid, &c->wstatus, WNOHANG);
+        if (w == c->pid) { c->exited = 1; continue; }
+      }
+      waiting = 1;
+      if (c->fd >= 0 && pfd != NULL && owner != NULL) {
+        pfd[n].fd = c->fd;
+        pfd[n].events = POLLIN;
+        owner[n++] = i;
+      }
+    }
+    if (!waiting) break;
+    double left = deadline - now_ms();
+    if (left <= 0) break;
+    /* When only exits are awaited (pipes closed), poll briefly for them. */
+    int wait_ms = n == 0 ? 2 : (int)(left + 1);
+    if (wait_ms > (int)(left + 1)) wait_ms = (int)(left + 1);
+    int pr = poll(pfd, n, wait_ms);
+    if (pr < 0 && errno != EINTR) break;
+    for (size_t k = 0; pr > 0 && k < n; k++)
+      if (pfd[k].revents) child_read(&kids[owner[k]]);
+  }
+  free(pfd);
+  free(owner);
+
+  for (size_t i = 0; i < m->nplugins; i++) {
+    probe_child *c = &kids[i];
+    if (c->pid < 0) continue;
+    if (!c->exited) {
+      /* Give a child that already closed its pipe one last chance, then kill. */
+      if (waitpid(c->pid, &c->wstatus, WNOHANG) == c->pid) {
+        c->exited = 1;
+      } else {
+        kill(c->pid, SIGKILL);
+        while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR) {}
+      }
+    }
+    if (c->fd >= 0) close(c->fd);
+    child_result(&m->plugins[i], c, timeout_s);
+    free(c->buf);
+  }
+  free(kids);
+  return rc;
+}
+
+/* ---- the model ------------------------------------------------------------------ */
+
+int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
+  memset(m, 0, sizeof *m);
+  m->isolate = o->isolate;
+  m->timeout_s = o->timeout_s;
+  m->version = devbuf_version();
+  devbuf_abi_version(&m->abi_major, &m->abi_minor);
+  m->abi_header_major = DEVBUF_ABI_MAJOR;
+  m->abi_header_minor = DEVBUF_ABI_MINOR;
+  static const char *const vars[3] = {"DEVBUF_PLUGINS", "DEVBUF_PLUGIN_PATH",
+                                      "DEVBUF_NO_DEFAULT_PLUGINS"};
+  for (int i = 0; i < 3; i++) {
+    m->env[i].name = vars[i];
+    m->env[i].value = getenv(vars[i]);
+  }
+  /* The runtime's own rule: set, non-empty and not "0" turns defaults off. */
+  const char *nd = m->env[2].value;
+  m->default_plugins = !(nd && nd[0] && strcmp(nd, "0") != 0);
+
+  int rc = devbuf_init(err);
+  if (rc != DEVBUF_OK) return rc;
+  for (size_t i = 0; i < o->nextra; i++)
+    devbuf_plugin_load(o->extra_plugins[i], NULL, NULL); /* failures are recorded */
+
+  m->nsearch = devbuf_search_path_count();
+  m->search = calloc(m->nsearch ? m->nsearch : 1, sizeof *m->search);
+  m->nplugins = devbuf_plugin_count();
+  m->plugins = calloc(m->nplugins ? m->nplugins : 1, sizeof *m->plugins);
+  if (m->search == NULL || m->plugins == NULL)
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  for (size_t i = 0; i < m->nsearch; i++) m->search[i] = devbuf_search_path_get(i);
+
+  for (size_t i = 0; i < m->nplugins; i++) {
+    info_plugin *p = &m->plugins[i];
+    p->index = i;
+    p->pi.struct_size = sizeof p->pi;
+    rc = devbuf_plugin_info_get(i, &p->pi, err);
+    if (rc != DEVBUF_OK) return rc;
+    p->primary_id = p->pi.identifiers && p->pi.identifiers[0] ? p->pi.identifiers[0] : NULL;
+  }
+
+  m->nidents = devbuf_identifier_count();
+  m->idents = calloc(m->nidents ? m->nidents : 1, sizeof *m->idents);
+  m->ident_plugin = calloc(m->nidents ? m->nidents : 1, sizeof *m->ident_plugin);
+  if (m->idents == NULL || m->ident_plugin == NULL)
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < m->nidents; i++) {
+    const char *id = devbuf_identifier_get(i, &m->ident_plugin[k]);
+    if (id != NULL) m->idents[k++] = id;
+  }
+  m->nidents = k;
+
+  double t0 = now_ms();
+  if (o->isolate) {
+    rc = probe_isolated(m, o->timeout_s, err);
+    if (rc != DEVBUF_OK) return rc;
+  } else {
+    for (size_t i = 0; i < m->nplugins; i++) probe_plugin(&m->plugins[i]);
+  }
+  m->probe_ms = now_ms() - t0;
+
+#ifdef DEVBUF_INFO_HAVE_FORMAT
+  m->have_dtypes = 1;
+  size_t nns = devbuf_dtype_namespace_count();
+  m->dtypes = calloc(nns ? nns : 1, sizeof *m->dtypes);
+  if (m->dtypes == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  for (size_t i = 0; i < nns; i++) {
+    const devbuf_dtype_namespace *ns = NULL;
+    const char *source = NULL;
+    if (devbuf_dtype_namespace_get(i, &ns, &source, NULL) != DEVBUF_OK || ns == NULL) break;
+    info_dtype *d = &m->dtypes[m->ndtypes++];
+    d->id = INFO_STR(ns->id);
+    d->provider = INFO_STR(ns->provider);
+    d->description = INFO_STR(ns->description);
+    d->source = INFO_STR(source);
+  }
+#else
+  /* Without the format engine, the namespaces that loaded plugins offer. */
+  size_t cap = 0;
+  for (size_t i = 0; i < m->nplugins; i++) {
+    const devbuf_plugin_table *t = m->plugins[i].pi.table;
+    for (size_t j = 0; t && t->dtype_namespaces && t->dtype_namespaces[j]; j++) cap++;
+  }
+  m->dtypes = calloc(cap ? cap : 1, sizeof *m->dtypes);
+  if (m->dtypes == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  for (size_t i = 0; i < m->nplugins; i++) {
+    const devbuf_plugin_table *t = m->plugins[i].pi.table;
+    for (size_t j = 0; t && t->dtype_namespaces && t->dtype_namespaces[j]; j++) {
+      const devbuf_dtype_namespace *ns = t->dtype_namespaces[j];
+      info_dtype *d = &m->dtypes[m->ndtypes++];
+      d->id = INFO_STR(ns->id);
+      d->provider = INFO_STR(ns->provider);
+      d->description = INFO_STR(ns->description);
+      d->source = INFO_STR(m->plugins[i].pi.name);
+    }
+  }
+#endif
+  return DEVBUF_OK;
+}
+
+void info_model_free(info_model *m) {
+  for (size_t i = 0; m->plugins && i < m->nplugins; i++) free(m->plugins[i].devices);
+  free(m->plugins);
+  free(m->search);
+  free(m->idents);
+  free(m->ident_plugin);
+  free(m->dtypes);
+  memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,189 @@
+/* devbuf-info: list what devbuf can see (plugins, device identifiers,
+ * devices, dtype namespaces) and say why something is missing; explain a
+ * format string. Uses only the public API of libdevbuf. docs/devbuf-info.md
+ * is the manual. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "info.h"
+
+static const char usage_text[] =
+    "Usage: devbuf-info [OPTION]...\n"
+    "       devbuf-info [--mode MODE] [--json] format STRING\n"
+    "List the devbuf plugins, device identifiers, devices and dtype namespaces\n"
+    "this process can see, and why a plugin is missing or has no device.\n"
+    "\n"
+    "  -l, --list            short form: one line per plugin and per device\n"
+    "  -v, --verbose         every path tried, full paths, every reason and detail\n"
+    "      --json            machine-readable output, schema \"devbuf-info/1\"\n"
+    "      --plugin PATH     also load the plugin file PATH (repeatable)\n"
+    "      --isolate         probe each plugin's devices in a child process, so a\n"
+    "                        driver that crashes or hangs is reported, not fatal\n"
+    "      --timeout SECS    with --isolate: how long a probe may take (default 5)\n"
+    "      --color WHEN      auto (default: only on a terminal, unless NO_COLOR is\n"
+    "                        set), always or never\n"
+    "      --mode MODE       format: default, struct (CPython struct rules) or numpy\n"
+    "  -h, --help            this help, then exit\n"
+    "  -V, --version         versions of the tool, the runtime and the plugin ABI\n"
+    "\n"
+    "Commands:\n"
+    "  format STRING         explain a buffer format string: items, offsets, sizes,\n"
+    "                        alignment, custom dtypes and the alternative chosen,\n"
+    "                        or the error with a caret under the offending byte\n"
+    "\n"
+    "Environment: DEVBUF_PLUGINS (plugin files), DEVBUF_PLUGIN_PATH (directories),\n"
+    "DEVBUF_NO_DEFAULT_PLUGINS=1 (skip the default directory), NO_COLOR, COLUMNS.\n"
+    "\n"
+    "Exit status: 0 success; 1 a plugin failed to load, or its device probe failed,\n"
+    "crashed or timed out; 2 usage error; 3 format: the string is malformed or uses\n"
+    "a dtype nobody understands; 4 internal error (out of memory, fork failed).\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fputs("devbuf-info: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputs("\nTry 'devbuf-info --help' for the options.\n", stderr);
+  return INFO_EXIT_USAGE;
+}
+
+static int output_width(void) {
+  struct winsize ws;
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col < 60 ? 60 : ws.ws_col;
+  const char *c = getenv("COLUMNS");
+  if (c && *c) {
+    char *end = NULL;
+    long v = strtol(c, &end, 10);
+    if (end && *end == '\0' && v > 0) return v < 60 ? 60 : v > 500 ? 500 : (int)v;
+  }
+  return 80;
+}
+
+enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE };
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"list", no_argument, NULL, 'l'},        {"verbose", no_argument, NULL, 'v'},
+      {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
+      {"json", no_argument, NULL, OPT_JSON},   {"plugin", required_argument, NULL, OPT_PLUGIN},
+      {"isolate", no_argument, NULL, OPT_ISOLATE},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"color", required_argument, NULL, OPT_COLOR},
+      {"colour", required_argument, NULL, OPT_COLOR},
+      {"mode", required_argument, NULL, OPT_MODE},
+      {NULL, 0, NULL, 0}};
+  info_options o;
+  memset(&o, 0, sizeof o);
+  o.timeout_s = 5.0;
+  const char *color = "auto";
+  const char *mode = NULL;
+  int timeout_given = 0;
+  o.extra_plugins = calloc((size_t)argc + 1, sizeof *o.extra_plugins);
+  if (o.extra_plugins == NULL) return INFO_EXIT_INTERNAL;
+
+  opterr = 0; /* our own messages, with the exit code we document */
+  int c;
+  while ((c = getopt_long(argc, argv, ":lvhV", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'l': o.list = 1; break;
+      case 'v': o.verbose++; break;
+      case 'h': fputs(usage_text, stdout); return INFO_EXIT_OK;
+      case 'V': {
+        int ma = 0, mi = 0;
+        devbuf_abi_version(&ma, &mi);
+        printf("devbuf-info %s (runtime %s, plugin ABI %d.%d; built against ABI %d.%d)\n",
+               DEVBUF_VERSION_STRING, devbuf_version(), ma, mi, DEVBUF_ABI_MAJOR,
+               DEVBUF_ABI_MINOR);
+        printf("JSON schema: devbuf-info/1\n");
+        return INFO_EXIT_OK;
+      }
+      case OPT_JSON: o.json = 1; break;
+      case OPT_PLUGIN:
+        if (optarg[0] == '\0') return usage_error("--plugin needs a file path%s", "");
+        o.extra_plugins[o.nextra++] = optarg;
+        break;
+      case OPT_ISOLATE: o.isolate = 1; break;
+      case OPT_TIMEOUT: {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(optarg, &end);
+        if (end == optarg || *end != '\0' || errno || !isfinite(v) || v <= 0 || v > 3600)
+          return usage_error("--timeout: '%s' is not a number of seconds in (0, 3600]", optarg);
+        o.timeout_s = v;
+        timeout_given = 1;
+        break;
+      }
+      case OPT_COLOR:
+        if (strcmp(optarg, "auto") && strcmp(optarg, "always") && strcmp(optarg, "never"))
+          return usage_error("--color: '%s' is not one of auto, always, never", optarg);
+        color = optarg;
+        break;
+      case OPT_MODE:
+        if (strcmp(optarg, "default") && strcmp(optarg, "struct") && strcmp(optarg, "numpy"))
+          return usage_error("--mode: '%s' is not one of default, struct, numpy", optarg);
+        mode = optarg;
+        break;
+      case ':':
+        if (optopt) {
+          char s[2] = {(char)optopt, 0};
+          return usage_error("option -%s needs an argument", s);
+        }
+        return usage_error("option '%s' needs an argument", argv[optind - 1]);
+      case '?':
+      default:
+        if (optopt) {
+          char s[2] = {(char)optopt, 0};
+          return usage_error("unknown option -%s", s);
+        }
+        return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+
+  if (strcmp(color, "always") == 0) o.color = 1;
+  else if (strcmp(color, "never") == 0) o.color = 0;
+  else {
+    const char *nc = getenv("NO_COLOR");
+    o.color = isatty(STDOUT_FILENO) && !(nc && nc[0]);
+  }
+  o.width = output_width();
+
+  if (optind < argc) {
+    if (strcmp(argv[optind], "format") != 0)
+      return usage_error("unknown command '%s' (the only command is 'format STRING')",
+                         argv[optind]);
+    if (optind + 1 >= argc) return usage_error("format: missing the format STRING%s", "");
+    if (optind + 2 < argc)
+      return usage_error("format: one STRING only (quote it); unexpected '%s'", argv[optind + 2]);
+    if (o.list || o.isolate || o.nextra || timeout_given)
+      return usage_error("format: -l, --isolate, --timeout and --plugin do not apply%s", "");
+    int rc = info_format_command(stdout, stderr, argv[optind + 1], mode ? mode : "default", &o);
+    free(o.extra_plugins);
+    return rc;
+  }
+  if (mode) return usage_error("--mode applies only to the format command%s", "");
+  if (o.list && o.json) return usage_error("--list and --json cannot be combined%s", "");
+  if (timeout_given && !o.isolate)
+    return usage_error("--timeout limits --isolate probes; add --isolate%s", "");
+
+  info_model m;
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (info_collect(&m, &o, &err) != DEVBUF_OK) {
+    fprintf(stderr, "devbuf-info: %s\n", err.message);
+    info_model_free(&m);
+    free(o.extra_plugins);
+    return INFO_EXIT_INTERNAL;
+  }
+  int rc = info_any_failure(&m) ? INFO_EXIT_PLUGIN_FAILED : INFO_EXIT_OK;
+  if (o.json) info_print_json(stdout, &m, &o, rc);
+  else if (o.list) info_print_list(stdout, &m, &o);
+  else info_print_table(stdout, &m, &o);
+  info_model_free(&m);
+  free(o.extra_plugins);
+  if (fflush(stdout) != 0) return INFO_EXIT_INTERNAL;
+  return rc;
+}
