@@ -87,8 +87,10 @@ foreach(_pc devbuf devbuf-plugin)
     COMPONENT dev)
 endforeach()
 
-# ---- RPATH of the tools: $ORIGIN-relative, so an installed tool finds the
-# libdevbuf installed beside it wherever the prefix is, with no environment.
+# ---- RPATH of installed programs (tools, devbuf_conformance, ...):
+# $ORIGIN-relative, so an installed program finds the libdevbuf installed
+# beside it wherever the prefix is, with no environment. Set on every
+# executable of the project that has none (it only matters once installed).
 file(RELATIVE_PATH DEVBUF_BIN_TO_LIB
   ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR} ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR})
 function(_devbuf_set_tool_rpath dir)
@@ -105,7 +107,7 @@ function(_devbuf_set_tool_rpath dir)
     _devbuf_set_tool_rpath(${_s})
   endforeach()
 endfunction()
-_devbuf_set_tool_rpath(${CMAKE_SOURCE_DIR}/tools)
+_devbuf_set_tool_rpath(${CMAKE_SOURCE_DIR})
 
 # ---- Python extension (when the bindings are built): see python-install.cmake.
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/python-install.cmake)
