@@ -32,13 +32,41 @@ enum devbuf_dtype_kind {
   DEVBUF_KIND_POINTER = 10
 };
 
+/* DLPack DLDataTypeCode values (DLPack 1.1+) for devbuf_dtype_desc.dlpack_code. */
+#define DEVBUF_DLDT_INT 0
+#define DEVBUF_DLDT_UINT 1
+#define DEVBUF_DLDT_FLOAT 2
+#define DEVBUF_DLDT_OPAQUE_HANDLE 3
+#define DEVBUF_DLDT_BFLOAT 4
+#define DEVBUF_DLDT_COMPLEX 5
+#define DEVBUF_DLDT_BOOL 6
+#define DEVBUF_DLDT_FLOAT8_E3M4 7
+#define DEVBUF_DLDT_FLOAT8_E4M3 8
+#define DEVBUF_DLDT_FLOAT8_E4M3B11FNUZ 9
+#define DEVBUF_DLDT_FLOAT8_E4M3FN 10
+#define DEVBUF_DLDT_FLOAT8_E4M3FNUZ 11
+#define DEVBUF_DLDT_FLOAT8_E5M2 12
+#define DEVBUF_DLDT_FLOAT8_E5M2FNUZ 13
+#define DEVBUF_DLDT_FLOAT8_E8M0FNU 14
+#define DEVBUF_DLDT_FLOAT6_E2M3FN 15
+#define DEVBUF_DLDT_FLOAT6_E3M2FN 16
+#define DEVBUF_DLDT_FLOAT4_E2M1FN 17
+
 /* The interpretation of one custom dtype item.
  *
  * `itemsize` is the number of bytes one format item occupies in the buffer
  * and is what the format engine uses for offsets. Sub-byte types (int4,
  * float4_e2m1fn, float6_*) set `bits` below 8 and `elements_per_item` to the
  * number of elements packed into one item (e.g. int4: itemsize 1, bits 4,
- * elements_per_item 2, lowest element in the least significant bits). */
+ * elements_per_item 2, lowest element in the least significant bits).
+ *
+ * `dlpack_code`/`dlpack_bits` name the DLPack type of ONE element. DLPack
+ * stores sub-byte types packed, so the item's bytes have DLPack's layout
+ * exactly when bits * elements_per_item == 8 * itemsize (int4_x2: yes; int4
+ * stored one per byte as ml_dtypes does: no, it needs repacking).
+ *
+ * `plain_format` is non-empty only when a plain format means exactly the
+ * same thing (devbuf$float16 -> "e"); storage-compatible is not enough. */
 typedef struct devbuf_dtype_desc {
   uint32_t struct_size;        /* set by the caller to sizeof(devbuf_dtype_desc) */
   uint32_t kind;               /* enum devbuf_dtype_kind */

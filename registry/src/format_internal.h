@@ -1,0 +1,31 @@
+/* Shared between the format engine (format_parse.c) and the dtype-namespace
+ * registry (dtype_registry.c). Not installed. */
+#ifndef DEVBUF_FORMAT_INTERNAL_H
+#define DEVBUF_FORMAT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "devbuf/format.h"
+
+/* How an id resolved. */
+enum devbuf__resolve_result {
+  DEVBUF__RESOLVED = 0,     /* desc filled */
+  DEVBUF__UNKNOWN_ID = 1,   /* no namespace has the id */
+  DEVBUF__REFUSED = 2       /* the namespace returned an error; *status holds it */
+};
+
+/* Resolve a non-reserved id (builtin "devbuf", registered, plugins) and
+ * interpret payload[0..plen). Fills *desc (struct_size set here) on success.
+ * On REFUSED, *status is the interpreter's code and err its message. */
+int devbuf__dtype_resolve(const char *id, size_t idlen, const char *payload, size_t plen,
+                          uint32_t flags, devbuf_dtype_desc *desc, int *status,
+                          devbuf_error *err);
+
+/* True for the characters allowed in an id: printable ASCII without space
+ * and without [ ] ; $ (the draft's rule, tightened: no spaces). */
+static inline int devbuf__id_char(unsigned char c) {
+  return c > 0x20 && c < 0x7f && c != '[' && c != ']' && c != ';' && c != '$';
+}
+
+#endif /* DEVBUF_FORMAT_INTERNAL_H */
