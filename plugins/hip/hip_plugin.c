@@ -149,8 +149,13 @@ static int hip_fail(const hip_state *st, devbuf_error *err, hipError_t r, const 
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
   }
-  devbuf_error_set(err, code, "%s: %s: %s%s%s%s", op, name, text, detail[0] ? " (" : "", detail,
-                   detail[0] ? ")" : "");
+  /* Some HIP versions return the name as the description: say it once. */
+  if (strcmp(text, name) == 0)
+    devbuf_error_set(err, code, "%s: %s%s%s%s", op, name, detail[0] ? " (" : "", detail,
+                     detail[0] ? ")" : "");
+  else
+    devbuf_error_set(err, code, "%s: %s: %s%s%s%s", op, name, text, detail[0] ? " (" : "",
+                     detail, detail[0] ? ")" : "");
   if (err != NULL) err->backend_code = (int)r;
   return code;
 }
@@ -225,8 +230,16 @@ static void hip_load(hip_state *st) {
 
   r = st->api.p_hipInit(0);
   if (r != hipSuccess) {
+    /* Without a GPU, hipInit's own code is vague (hipErrorInvalidDevice);
+     * the device count's (hipErrorNoDevice) says more: give both. */
     devbuf_error e;
-    hip_fail(st, &e, r, "hipInit", NULL);
+    int n = 0;
+    hipError_t r2 = st->api.p_hipGetDeviceCount(&n);
+    const char *name2 = st->api.p_hipGetErrorName(r2);
+    if (r2 != hipSuccess && r2 != r && name2 != NULL)
+      hip_fail(st, &e, r, "hipInit", "hipGetDeviceCount: %s", name2);
+    else
+      hip_fail(st, &e, r, "hipInit", NULL);
     hip_no_device(st, DEVBUF_ENODEV, "%s", e.message);
     return;
   }

@@ -204,8 +204,9 @@ static int lz_fail(devbuf_error *err, ze_result_t r, const char *op, const char 
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
   }
-  devbuf_error_set(err, code, "%s: %s (0x%x)%s%s%s", op, lz_result_name(r), (unsigned)r,
-                   detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+  /* Level Zero has no error-string function: name and number it is. */
+  devbuf_error_set(err, code, "%s: %s (0x%x)%s%s", op, lz_result_name(r), (unsigned)r,
+                   detail[0] ? ": " : "", detail);
   if (err != NULL) err->backend_code = (int)r;
   return code;
 }

@@ -1,0 +1,532 @@
+/* A fake CUDA driver (the subset of libcuda.so.1 that devbuf.cuda uses), so
+ * that the plugin's code paths run on machines without a GPU:
+ *
+ *     DEVBUF_CUDA_LIBRARY=.../libdevbuf_fake_cuda.so
+ *
+ * "Device" memory is host memory, copies run synchronously. The fake is
+ * strict where the real driver is strict and the plugin could get it wrong:
+ *  - calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT unless
+ *    one is current on the calling thread (the plugin must push its own);
+ *  - copies must stay inside one live allocation (offset bugs fail loudly);
+ *  - streams, events and pools carry a magic number (stale handles fail);
+ *  - memory from the pool must be freed with cuMemFreeAsync, memory from
+ *    cuMemAlloc with cuMemFree.
+ * Knobs (environment, read by cuInit): FAKE_CUDA_DEVICES (default 2),
+ * FAKE_CUDA_INIT_ERROR (a CUresult cuInit returns), FAKE_CUDA_NO_POOLS=1 (read
+ * whenever the plugin asks).
+ * Inspection for tests: fake_cuda_live_allocations(), fake_cuda_ctx_depth(),
+ * fake_cuda_pool_allocations(). */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+
+#define FAKE_MAX_DEVICES 8
+#define FAKE_TOTAL_MEM ((size_t)16 << 30)
+#define FAKE_OOM_BYTES ((size_t)1 << 40) /* requests this large fail */
+#define FAKE_MAGIC_STREAM 0x57524541u
+#define FAKE_MAGIC_EVENT 0x45564e54u
+#define FAKE_MAGIC_POOL 0x504f4f4cu
+
+struct CUctx_st {
+  int device;
+  int refs;
+};
+struct CUstream_st {
+  unsigned magic;
+  int device;
+};
+struct CUevent_st {
+  unsigned magic;
+  int device;
+};
+struct CUmemPoolHandle_st {
+  unsigned magic;
+  int device;
+  uint64_t release_threshold;
+};
+
+typedef struct fake_alloc {
+  uintptr_t base;
+  size_t size;
+  int device;
+  int pooled;
+  int host;
+  struct fake_alloc *next;
+} fake_alloc;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_initialized;
+static int g_devices = 2;
+static struct CUctx_st g_ctx[FAKE_MAX_DEVICES];
+static fake_alloc *g_allocs;
+static long g_live, g_pool_live;
+
+static _Thread_local CUcontext t_stack[16];
+static _Thread_local int t_depth;
+
+FAKE_EXPORT long fake_cuda_live_allocations(void);
+FAKE_EXPORT long fake_cuda_pool_allocations(void);
+FAKE_EXPORT int fake_cuda_ctx_depth(void);
+
+long fake_cuda_live_allocations(void) {
+  pthread_mutex_lock(&g_lock);
+  long n = g_live;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+long fake_cuda_pool_allocations(void) {
+  pthread_mutex_lock(&g_lock);
+  long n = g_pool_live;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+int fake_cuda_ctx_depth(void) { return t_depth; }
+
+static CUcontext current(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
+
+#define NEED_INIT() \
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED
+#define NEED_CTX()                                         \
+  NEED_INIT();                                             \
+  if (current() == NULL) return CUDA_ERROR_INVALID_CONTEXT
+
+/* ---- errors ------------------------------------------------------------ */
+
+static const struct {
+  CUresult r;
+  const char *name, *text;
+} g_errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+};
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
+  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+    if (g_errors[i].r == error) {
+      *pStr = g_errors[i].name;
+      return CUDA_SUCCESS;
+    }
+  *pStr = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+    if (g_errors[i].r == error) {
+      *pStr = g_errors[i].text;
+      return CUDA_SUCCESS;
+    }
+  *pStr = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- init and devices ---------------------------------------------------- */
+
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  const char *e = getenv("FAKE_CUDA_INIT_ERROR");
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (e != NULL && e[0]) return (CUresult)atoi(e);
+  pthread_mutex_lock(&g_lock);
+  if (!g_initialized) {
+    const char *n = getenv("FAKE_CUDA_DEVICES");
+    g_devices = n && n[0] ? atoi(n) : 2;
+    if (g_devices < 0) g_devices = 0;
+    if (g_devices > FAKE_MAX_DEVICES) g_devices = FAKE_MAX_DEVICES;
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++) g_ctx[i].device = i;
+    g_initialized = 1;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
+  *driverVersion = CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count) {
+  NEED_INIT();
+  *count = g_devices;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
+  NEED_INIT();
+  if (ordinal < 0 || ordinal >= g_devices) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+#define NEED_DEV(d) \
+  if ((d) < 0 || (d) >= g_devices) return CUDA_ERROR_INVALID_DEVICE
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
+  NEED_INIT();
+  NEED_DEV(dev);
+  if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  strncpy(name, "Fake CUDA Device", (size_t)len - 1);
+  name[len - 1] = '\0';
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
+  NEED_INIT();
+  NEED_DEV(dev);
+  *bytes = FAKE_TOTAL_MEM;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+  NEED_INIT();
+  NEED_DEV(dev);
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: {
+      /* Read on every call: a test may flip it between plugin states. */
+      const char *np = getenv("FAKE_CUDA_NO_POOLS");
+      *pi = !(np && np[0] == '1');
+      return CUDA_SUCCESS;
+    }
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+      *pi = 0;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+/* ---- contexts ------------------------------------------------------------ */
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  NEED_INIT();
+  NEED_DEV(dev);
+  pthread_mutex_lock(&g_lock);
+  g_ctx[dev].refs++;
+  pthread_mutex_unlock(&g_lock);
+  *pctx = &g_ctx[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+  CUresult r = CUDA_SUCCESS;
+  NEED_INIT();
+  NEED_DEV(dev);
+  pthread_mutex_lock(&g_lock);
+  if (g_ctx[dev].refs <= 0)
+    r = CUDA_ERROR_INVALID_CONTEXT;
+  else
+    g_ctx[dev].refs--;
+  pthread_mutex_unlock(&g_lock);
+  return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+  NEED_INIT();
+  NEED_DEV(dev);
+  pthread_mutex_lock(&g_lock);
+  *active = g_ctx[dev].refs > 0;
+  pthread_mutex_unlock(&g_lock);
+  *flags = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+  NEED_INIT();
+  *pctx = current();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
+  NEED_INIT();
+  if (ctx == NULL || ctx < &g_ctx[0] || ctx >= &g_ctx[FAKE_MAX_DEVICES] || ctx->refs <= 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_depth == (int)(sizeof t_stack / sizeof t_stack[0])) return CUDA_ERROR_INVALID_VALUE;
+  t_stack[t_depth++] = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
+  NEED_INIT();
+  if (t_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  t_depth--;
+  if (pctx) *pctx = t_stack[t_depth];
+  return CUDA_SUCCESS;
+}
+
+/* ---- memory -------------------------------------------------------------- */
+
+static CUresult track(size_t size, int pooled, int host, uintptr_t *out) {
+  fake_alloc *a;
+  void *p;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (size >= FAKE_OOM_BYTES) return CUDA_ERROR_OUT_OF_MEMORY;
+  p = malloc(size);
+  a = malloc(sizeof *a);
+  if (p == NULL || a == NULL) {
+    free(p);
+    free(a);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  a->base = (uintptr_t)p;
+  a->size = size;
+  a->device = host ? -1 : current()->device;
+  a->pooled = pooled;
+  a->host = host;
+  pthread_mutex_lock(&g_lock);
+  a->next = g_allocs;
+  g_allocs = a;
+  g_live++;
+  if (pooled) g_pool_live++;
+  pthread_mutex_unlock(&g_lock);
+  *out = (uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+static CUresult untrack(uintptr_t base, int pooled, int host) {
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_lock);
+  for (fake_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next) {
+    fake_alloc *a = *pp;
+    if (a->base != base) continue;
+    if (a->pooled != pooled || a->host != host) break; /* wrong free function */
+    *pp = a->next;
+    g_live--;
+    if (pooled) g_pool_live--;
+    free((void *)a->base);
+    free(a);
+    r = CUDA_SUCCESS;
+    break;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return r;
+}
+
+/* Is [p, p+n) inside one live allocation (device or host)? */
+static int inside(uintptr_t p, size_t n, int host) {
+  int ok = 0;
+  pthread_mutex_lock(&g_lock);
+  for (fake_alloc *a = g_allocs; a; a = a->next)
+    if (a->host == host && p >= a->base && p - a->base <= a->size && n <= a->size - (p - a->base)) {
+      ok = 1;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return ok;
+}
+
+CUresult CUDAAPI cuMemGetInfo(size_t *free_b, size_t *total) {
+  NEED_CTX();
+  *total = FAKE_TOTAL_MEM;
+  *free_b = FAKE_TOTAL_MEM / 2;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
+  uintptr_t p;
+  CUresult r;
+  NEED_CTX();
+  r = track(bytesize, 0, 0, &p);
+  if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+  return r;
+}
+
+CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
+  NEED_CTX();
+  return untrack((uintptr_t)dptr, 0, 0);
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+  uintptr_t p;
+  CUresult r;
+  NEED_CTX();
+  if (Flags & ~0x7u) return CUDA_ERROR_INVALID_VALUE;
+  r = track(bytesize, 0, 1, &p);
+  if (r == CUDA_SUCCESS) *pp = (void *)p;
+  return r;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p) {
+  NEED_CTX();
+  return untrack((uintptr_t)p, 0, 1);
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+  struct CUmemPoolHandle_st *p;
+  NEED_INIT();
+  if (props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+      props->location.id >= g_devices)
+    return CUDA_ERROR_INVALID_VALUE;
+  p = calloc(1, sizeof *p);
+  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  p->magic = FAKE_MAGIC_POOL;
+  p->device = props->location.id;
+  *pool = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  NEED_INIT();
+  if (pool == NULL || pool->magic != FAKE_MAGIC_POOL) return CUDA_ERROR_INVALID_VALUE;
+  pool->magic = 0;
+  free(pool);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+  NEED_INIT();
+  if (pool == NULL || pool->magic != FAKE_MAGIC_POOL) return CUDA_ERROR_INVALID_VALUE;
+  if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_INVALID_VALUE;
+  pool->release_threshold = *(cuuint64_t *)value;
+  return CUDA_SUCCESS;
+}
+
+static CUresult check_stream(CUstream s) {
+  if (s == NULL) return CUDA_SUCCESS;
+  if (s->magic != FAKE_MAGIC_STREAM) return CUDA_ERROR_INVALID_HANDLE;
+  if (current() == NULL || s->device != current()->device) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream) {
+  uintptr_t p;
+  CUresult r;
+  NEED_CTX();
+  if (pool == NULL || pool->magic != FAKE_MAGIC_POOL) return CUDA_ERROR_INVALID_VALUE;
+  if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
+  r = track(bytesize, 1, 0, &p);
+  if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+  return r;
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  CUresult r;
+  NEED_CTX();
+  if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
+  return untrack((uintptr_t)dptr, 1, 0);
+}
+
+/* ---- copies (synchronous) -------------------------------------------------- */
+
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+  CUresult r;
+  NEED_CTX();
+  if ((r = check_stream(s)) != CUDA_SUCCESS) return r;
+  if (!inside((uintptr_t)dst, n, 0)) return CUDA_ERROR_INVALID_VALUE;
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+  CUresult r;
+  NEED_CTX();
+  if ((r = check_stream(s)) != CUDA_SUCCESS) return r;
+  if (!inside((uintptr_t)src, n, 0)) return CUDA_ERROR_INVALID_VALUE;
+  memcpy(dst, (const void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  CUresult r;
+  NEED_CTX();
+  if ((r = check_stream(s)) != CUDA_SUCCESS) return r;
+  if (!inside((uintptr_t)src, n, 0) || !inside((uintptr_t)dst, n, 0))
+    return CUDA_ERROR_INVALID_VALUE;
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
+  return cuMemcpyDtoHAsync(dst, src, n, NULL);
+}
+
+/* ---- streams and events ------------------------------------------------------ */
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+  struct CUstream_st *s;
+  NEED_CTX();
+  if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+  s = calloc(1, sizeof *s);
+  if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  s->magic = FAKE_MAGIC_STREAM;
+  s->device = current()->device;
+  *phStream = s;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
+  NEED_CTX();
+  if (hStream == NULL || hStream->magic != FAKE_MAGIC_STREAM) return CUDA_ERROR_INVALID_HANDLE;
+  hStream->magic = 0;
+  free(hStream);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  NEED_CTX();
+  return check_stream(hStream);
+}
+
+static CUresult check_event(CUevent e) {
+  if (e == NULL || e->magic != FAKE_MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  CUresult r;
+  NEED_CTX();
+  if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return check_event(hEvent);
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+  struct CUevent_st *e;
+  NEED_CTX();
+  if (Flags & ~0xfu) return CUDA_ERROR_INVALID_VALUE;
+  e = calloc(1, sizeof *e);
+  if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  e->magic = FAKE_MAGIC_EVENT;
+  e->device = current()->device;
+  *phEvent = e;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
+  CUresult r;
+  NEED_INIT();
+  if ((r = check_event(hEvent)) != CUDA_SUCCESS) return r;
+  hEvent->magic = 0;
+  free(hEvent);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+  CUresult r;
+  NEED_CTX();
+  if ((r = check_event(hEvent)) != CUDA_SUCCESS) return r;
+  if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
+  return hEvent->device == current()->device ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  NEED_INIT();
+  return check_event(hEvent);
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  NEED_INIT();
+  return check_event(hEvent);
+}

@@ -1,0 +1,739 @@
+/* Tests of the hardware plugins devbuf.cuda, devbuf.hip and devbuf.level_zero
+ * through their tables alone (each plugin dlopen'd directly, no libdevbuf):
+ *
+ *     test_gpu_plugins PLUGIN.so CASE [FAKE_DRIVER.so]
+ *
+ * Cases that need no hardware: the table, lazy loading (the vendor library
+ * is not in the process after init: dlopen(RTLD_NOLOAD) says so), the exact
+ * "no device" reason, every slot failing cleanly with DEVBUF_ENODEV, the
+ * default library (a device, or a reason), concurrent first use.
+ * Cases "fake_*" run devbuf.cuda against tests/gpu/fake_cuda.c, a fake
+ * libcuda that is strict about contexts, handles and bounds. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devbuf/plugin.h"
+#include "devbuf_test.h"
+
+typedef struct gpu_desc {
+  const char *name;        /* table->name */
+  const char *identifier;  /* the one identifier */
+  const char *env;         /* library override */
+  const char *libs[4];     /* default library names, in the plugin's order */
+  const char *init_fn;     /* the driver's init entry point */
+  int dl_type;
+} gpu_desc;
+
+static const gpu_desc g_descs[] = {
+    {"cuda", "devbuf.cuda", "DEVBUF_CUDA_LIBRARY", {"libcuda.so.1", NULL}, "cuInit",
+     DEVBUF_DL_CUDA},
+    {"hip", "devbuf.hip", "DEVBUF_HIP_LIBRARY",
+     {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", NULL}, "hipInit", DEVBUF_DL_ROCM},
+    {"level_zero", "devbuf.level_zero", "DEVBUF_LEVEL_ZERO_LIBRARY", {"libze_loader.so.1", NULL},
+     "zeInit", DEVBUF_DL_ONEAPI},
+};
+
+static const char *g_plugin_path, *g_fake_path;
+static void *g_handle;
+static const devbuf_plugin_table *T;
+static const gpu_desc *D;
+
+static void load_plugin(void) {
+  devbuf_plugin_entry_fn entry;
+  g_handle = dlopen(g_plugin_path, RTLD_NOW | RTLD_LOCAL);
+  if (g_handle == NULL) {
+    fprintf(stderr, "dlopen %s: %s\n", g_plugin_path, dlerror());
+    exit(2);
+  }
+  *(void **)(&entry) = dlsym(g_handle, DEVBUF_PLUGIN_ENTRY_NAME);
+  if (entry == NULL || (T = entry()) == NULL) {
+    fprintf(stderr, "%s: no usable entry symbol\n", g_plugin_path);
+    exit(2);
+  }
+  for (size_t i = 0; i < sizeof g_descs / sizeof g_descs[0]; i++)
+    if (T->name != NULL && strcmp(T->name, g_descs[i].name) == 0) D = &g_descs[i];
+  if (D == NULL) {
+    fprintf(stderr, "%s: not one of the hardware plugins (name %s)\n", g_plugin_path,
+            T->name ? T->name : "(null)");
+    exit(2);
+  }
+}
+
+/* Is any of the vendor library's default names already in the process? */
+static int vendor_loaded(void) {
+  for (int i = 0; D->libs[i] != NULL; i++) {
+    void *h = dlopen(D->libs[i], RTLD_NOW | RTLD_NOLOAD);
+    if (h != NULL) {
+      dlclose(h);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void *new_state(void) {
+  void *st = NULL;
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  CHECK(T->init(&st, &err) == DEVBUF_OK, "init: %s", err.message);
+  return st;
+}
+
+/* ---- no hardware needed ----------------------------------------------------- */
+
+static void table(void) {
+  CHECK(T->struct_size == sizeof(devbuf_plugin_table), "struct_size %u", T->struct_size);
+  CHECK(T->struct_size >= DEVBUF_PLUGIN_TABLE_V1_SIZE, "struct_size below v1");
+  CHECK(T->abi_major == DEVBUF_ABI_MAJOR, "abi_major %u", T->abi_major);
+  CHECK(T->abi_minor == DEVBUF_ABI_MINOR, "abi_minor %u", T->abi_minor);
+  CHECK(T->version != NULL && T->version[0] != '\0', "no version");
+  CHECK(T->description != NULL && strlen(T->description) > 10, "no description");
+  CHECK(T->identifiers != NULL && T->identifiers[0] != NULL, "no identifiers");
+  if (T->identifiers != NULL && T->identifiers[0] != NULL) {
+    CHECK(strcmp(T->identifiers[0], D->identifier) == 0, "identifier %s", T->identifiers[0]);
+    CHECK(T->identifiers[1] == NULL, "more than one identifier: %s", T->identifiers[1]);
+  }
+  /* Every slot is implemented, optional ones included (dtype namespaces and
+   * extension functions excepted: these plugins have none). */
+  CHECK(T->init && T->shutdown, "lifecycle slots");
+  CHECK(T->device_count && T->device_props, "device slots");
+  CHECK(T->mem_alloc && T->mem_free, "memory slots");
+  CHECK(T->copy_h2d && T->copy_d2h && T->copy_d2d, "copy slots");
+  CHECK(T->stream_create && T->stream_destroy && T->stream_synchronize, "stream slots");
+  CHECK(T->event_create && T->event_destroy && T->event_record && T->stream_wait_event &&
+            T->event_synchronize && T->event_query,
+        "event slots");
+  CHECK(T->device_info_export && T->device_info_import, "device_info slots");
+  CHECK(T->host_alloc && T->host_free, "host staging slots");
+  CHECK(T->dtype_namespaces == NULL, "unexpected dtype namespaces");
+  CHECK(T->ext_functions == NULL && T->ext_function_count == 0, "unexpected ext functions");
+  /* The version script leaves exactly one symbol visible. */
+  CHECK(dlsym(g_handle, "devbuf_error_set") == NULL, "an inline helper leaked out");
+}
+
+static void lazy(void) {
+  devbuf_error err;
+  int count = -1;
+  void *st;
+  CHECK(!vendor_loaded(), "vendor library loaded before the plugin was even initialised");
+  st = new_state();
+  CHECK(!vendor_loaded(), "init loaded the vendor library (must wait for first device use)");
+  /* First use, pointed at a library that does not exist: still not loaded. */
+  setenv(D->env, "/nonexistent/libvendor.so.1", 1);
+  CHECK(T->device_count(st, &count, &err) == DEVBUF_ENODEV, "device_count: %s", err.message);
+  CHECK(!vendor_loaded(), "the override was ignored: a default library was loaded");
+  T->shutdown(st);
+  unsetenv(D->env);
+}
+
+static void expect_reason(const devbuf_error *err, const char *reason, const char *what) {
+  CHECK(err->code == DEVBUF_ENODEV, "%s: err.code %d", what, err->code);
+  CHECK(strcmp(err->message, reason) == 0, "%s: message '%s', expected '%s'", what, err->message,
+        reason);
+}
+
+/* Every slot on a plugin without a device: DEVBUF_ENODEV and the reason,
+ * nothing dereferenced (the handles passed are deliberately bogus). */
+static void all_slots_fail(void *st, const char *reason) {
+  devbuf_error err;
+  devbuf_device_props props;
+  devbuf_device_info info;
+  devbuf_device_info_desc desc;
+  unsigned char host[64] = {0}, blob[256];
+  void *bogus = (void *)(uintptr_t)0x1000, *out = bogus;
+  size_t size = 0;
+  int rc;
+
+#define EXPECT_NODEV(call)                                           \
+  do {                                                               \
+    devbuf_error_clear(&err);                                        \
+    rc = (call);                                                     \
+    CHECK(rc == DEVBUF_ENODEV, "%s returned %d", #call, rc);         \
+    expect_reason(&err, reason, #call);                              \
+    CHECK((call) == DEVBUF_ENODEV, "%s with err NULL", #call);       \
+  } while (0)
+  memset(&props, 0x5a, sizeof props);
+  props.struct_size = sizeof props;
+  EXPECT_NODEV(T->device_props(st, 0, &props, &err));
+  CHECK(props.flags == 0x5a5a5a5au, "device_props wrote into props on failure");
+  EXPECT_NODEV(T->mem_alloc(st, 0, 64, 0, NULL, &out, &err));
+  CHECK(out == NULL, "mem_alloc left *ptr set on failure");
+  EXPECT_NODEV(T->mem_free(st, 0, bogus, NULL, &err));
+  EXPECT_NODEV(T->copy_h2d(st, 0, bogus, 0, host, sizeof host, NULL, &err));
+  EXPECT_NODEV(T->copy_d2h(st, 0, host, bogus, 0, sizeof host, NULL, &err));
+  EXPECT_NODEV(T->copy_d2d(st, 0, bogus, 0, bogus, 8, 8, NULL, &err));
+  out = bogus;
+  EXPECT_NODEV(T->stream_create(st, 0, &out, &err));
+  CHECK(out == NULL, "stream_create left *stream set on failure");
+  EXPECT_NODEV(T->stream_destroy(st, 0, bogus, &err));
+  EXPECT_NODEV(T->stream_synchronize(st, 0, NULL, &err));
+  EXPECT_NODEV(T->stream_synchronize(st, 0, bogus, &err));
+  out = bogus;
+  EXPECT_NODEV(T->event_create(st, 0, &out, &err));
+  CHECK(out == NULL, "event_create left *event set on failure");
+  EXPECT_NODEV(T->event_destroy(st, 0, bogus, &err));
+  EXPECT_NODEV(T->event_record(st, 0, bogus, NULL, &err));
+  EXPECT_NODEV(T->stream_wait_event(st, 0, bogus, bogus, &err));
+  EXPECT_NODEV(T->event_synchronize(st, 0, bogus, &err));
+  EXPECT_NODEV(T->event_query(st, 0, bogus, &err));
+  out = bogus;
+  EXPECT_NODEV(T->host_alloc(st, 0, 4096, &out, &err));
+  CHECK(out == NULL, "host_alloc left *ptr set on failure");
+  EXPECT_NODEV(T->host_free(st, 0, bogus, &err));
+  EXPECT_NODEV(T->device_info_export(st, D->identifier, 0, NULL, NULL, 0, blob, sizeof blob,
+                                     &size, &err));
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  info.version = DEVBUF_DEVICE_INFO_VERSION;
+  desc.struct_size = sizeof desc;
+  EXPECT_NODEV(T->device_info_import(st, D->identifier, &info, &desc, &err));
+  /* Devices other than 0 fail the same way. */
+  EXPECT_NODEV(T->mem_alloc(st, 3, 64, 0, NULL, &out, &err));
+  EXPECT_NODEV(T->mem_alloc(st, -1, 64, 0, NULL, &out, &err));
+#undef EXPECT_NODEV
+
+  /* Argument checks that need no device still answer first. */
+  devbuf_error_clear(&err);
+  rc = T->device_info_export(st, "devbuf.other", 0, NULL, NULL, 0, blob, sizeof blob, &size,
+                             &err);
+  CHECK(rc == DEVBUF_ENOTFOUND, "export of a foreign identifier: %d", rc);
+  CHECK_HAS(err.message, "devbuf.other");
+  info.struct_size = 8;
+  rc = T->device_info_import(st, D->identifier, &info, &desc, &err);
+  CHECK(rc == DEVBUF_EINVAL, "import of a truncated device_info: %d", rc);
+  CHECK_HAS(err.message, "struct_size 8");
+  rc = T->device_count(st, NULL, &err);
+  CHECK(rc == DEVBUF_EINVAL, "device_count(NULL): %d", rc);
+}
+
+static void no_device(void) {
+  const char *lib = "/nonexistent/libvendor.so.1";
+  char reason[DEVBUF_ERROR_MESSAGE_SIZE];
+  devbuf_error err;
+  int count = -1, rc;
+  void *st = new_state();
+  setenv(D->env, lib, 1);
+  devbuf_error_clear(&err);
+  rc = T->device_count(st, &count, &err);
+  CHECK(rc == DEVBUF_ENODEV, "device_count returned %d", rc);
+  CHECK(count == 0, "count %d", count);
+  /* dlerror() repeats the name before glibc's text. */
+  snprintf(reason, sizeof reason,
+           "dlopen %s: %s: cannot open shared object file: No such file or directory", lib, lib);
+  expect_reason(&err, reason, "device_count");
+  printf("     no device, because %s\n", err.message);
+  /* The answer is kept: a second call says the same without retrying. */
+  devbuf_error_clear(&err);
+  CHECK(T->device_count(st, &count, &err) == DEVBUF_ENODEV, "second device_count");
+  expect_reason(&err, reason, "second device_count");
+  all_slots_fail(st, reason);
+  T->shutdown(st);
+  unsetenv(D->env);
+}
+
+/* With the default library: a device (a GPU machine), or ENODEV with a reason
+ * that says which step failed. */
+static void default_library(void) {
+  devbuf_error err;
+  int count = -1, rc, loadable = -1;
+  char first_error[DEVBUF_ERROR_MESSAGE_SIZE] = "";
+  void *st;
+  unsetenv(D->env);
+  st = new_state();
+  devbuf_error_clear(&err);
+  rc = T->device_count(st, &count, &err);
+  /* What the plugin should have seen, found the same way after it. */
+  for (int i = 0; D->libs[i] != NULL && loadable < 0; i++) {
+    void *h = dlopen(D->libs[i], RTLD_NOW | RTLD_LOCAL);
+    if (h != NULL) {
+      loadable = i;
+      dlclose(h);
+    } else if (i == 0) {
+      snprintf(first_error, sizeof first_error, "%s", dlerror());
+    }
+  }
+  if (rc == DEVBUF_OK) {
+    CHECK(count > 0, "DEVBUF_OK with %d devices", count);
+    CHECK(loadable >= 0, "devices without a loadable library?");
+    printf("     %d device%s\n", count, count == 1 ? "" : "s");
+  } else {
+    char prefix[DEVBUF_ERROR_MESSAGE_SIZE];
+    CHECK(rc == DEVBUF_ENODEV, "device_count returned %d: %s", rc, err.message);
+    CHECK(count == 0, "count %d on failure", count);
+    CHECK(err.message[0] != '\0', "no reason given");
+    if (loadable < 0)
+      snprintf(prefix, sizeof prefix, "dlopen %s: %s", D->libs[0], first_error);
+    else
+      snprintf(prefix, sizeof prefix, "%s: ", D->init_fn);
+    CHECK(strncmp(err.message, prefix, strlen(prefix)) == 0, "reason '%s' does not start '%s'",
+          err.message, prefix);
+    printf("     no device, because %s\n", err.message);
+    if (loadable >= 0) {
+      /* The library was there: the plugin loaded it at first use, not before. */
+      CHECK(vendor_loaded(), "device_count did not load the vendor library");
+      char reason[DEVBUF_ERROR_MESSAGE_SIZE];
+      snprintf(reason, sizeof reason, "%s", err.message);
+      all_slots_fail(st, reason);
+    }
+  }
+  T->shutdown(st);
+}
+
+typedef struct race_arg {
+  void *st;
+  int rc, count;
+  devbuf_error err;
+} race_arg;
+
+static void *race_main(void *p) {
+  race_arg *a = p;
+  a->rc = T->device_count(a->st, &a->count, &a->err);
+  return NULL;
+}
+
+static void threads(void) {
+  enum { N = 8 };
+  pthread_t th[N];
+  race_arg args[N];
+  void *st = new_state();
+  setenv(D->env, "/nonexistent/libvendor.so.1", 1);
+  for (int i = 0; i < N; i++) {
+    memset(&args[i], 0, sizeof args[i]);
+    args[i].st = st;
+    CHECK(pthread_create(&th[i], NULL, race_main, &args[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++) {
+    CHECK(args[i].rc == DEVBUF_ENODEV, "thread %d: %d", i, args[i].rc);
+    CHECK(strcmp(args[i].err.message, args[0].err.message) == 0, "thread %d saw '%s'", i,
+          args[i].err.message);
+  }
+  T->shutdown(st);
+  unsetenv(D->env);
+}
+
+/* ---- devbuf.cuda against the fake driver ------------------------------------ */
+
+static void *g_fake;
+static long (*fake_live)(void);
+static long (*fake_pool_live)(void);
+static int (*fake_depth)(void);
+
+static void *fake_state(void) {
+  if (g_fake_path == NULL) {
+    fprintf(stderr, "fake cases need the fake driver's path\n");
+    exit(2);
+  }
+  setenv("DEVBUF_CUDA_LIBRARY", g_fake_path, 1);
+  /* The same object the plugin will open; for its inspection functions. */
+  g_fake = dlopen(g_fake_path, RTLD_NOW | RTLD_LOCAL);
+  if (g_fake == NULL) {
+    fprintf(stderr, "dlopen %s: %s\n", g_fake_path, dlerror());
+    exit(2);
+  }
+  *(void **)(&fake_live) = dlsym(g_fake, "fake_cuda_live_allocations");
+  *(void **)(&fake_pool_live) = dlsym(g_fake, "fake_cuda_pool_allocations");
+  *(void **)(&fake_depth) = dlsym(g_fake, "fake_cuda_ctx_depth");
+  if (!fake_live || !fake_pool_live || !fake_depth) {
+    fprintf(stderr, "%s: inspection functions missing\n", g_fake_path);
+    exit(2);
+  }
+  return new_state();
+}
+
+#define OKC(call)                                                                  \
+  do {                                                                             \
+    devbuf_error_clear(&err);                                                      \
+    int rc_ = (call);                                                              \
+    CHECK(rc_ == DEVBUF_OK, "%s returned %d: %s", #call, rc_, err.message);        \
+    CHECK(fake_depth() == 0, "%s left %d contexts pushed", #call, fake_depth());   \
+  } while (0)
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 31u + i * 7u + (i >> 8));
+}
+
+static void fake_props(void) {
+  devbuf_error err;
+  devbuf_device_props p;
+  int count = 0;
+  void *st = fake_state();
+  OKC(T->device_count(st, &count, &err));
+  CHECK(count == 2, "fake has 2 devices, plugin says %d", count);
+  for (int d = 0; d < count; d++) {
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    OKC(T->device_props(st, d, &p, &err));
+    CHECK(strcmp(p.name, "Fake CUDA Device") == 0, "name '%s'", p.name);
+    CHECK(strcmp(p.vendor, "NVIDIA") == 0, "vendor '%s'", p.vendor);
+    CHECK(p.total_memory == ((uint64_t)16 << 30), "total %llu", (unsigned long long)p.total_memory);
+    /* No context yet: free memory is not invented. */
+    CHECK(p.free_memory == 0, "free memory %llu without a context",
+          (unsigned long long)p.free_memory);
+    CHECK(p.flags == DEVBUF_DEVICE_ASYNC, "flags 0x%x", p.flags);
+    CHECK(p.dlpack_device_type == DEVBUF_DL_CUDA && p.dlpack_device_id == d, "dlpack %d/%d",
+          p.dlpack_device_type, p.dlpack_device_id);
+    CHECK(p.alloc_alignment >= 256, "alignment %u", p.alloc_alignment);
+    CHECK(p.struct_size == sizeof p, "struct_size %u", p.struct_size);
+  }
+  /* Once the device is in use, free memory is reported. */
+  void *s = NULL;
+  OKC(T->stream_create(st, 0, &s, &err));
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  OKC(T->device_props(st, 0, &p, &err));
+  CHECK(p.free_memory == ((uint64_t)8 << 30), "free %llu", (unsigned long long)p.free_memory);
+  /* A caller with an older, smaller props struct gets nothing past it. */
+  unsigned char small[sizeof p + 16];
+  memset(small, 0xEE, sizeof small);
+  uint32_t n = (uint32_t)offsetof(devbuf_device_props, total_memory);
+  memcpy(small, &n, sizeof n);
+  OKC(T->device_props(st, 0, (devbuf_device_props *)(void *)small, &err));
+  for (size_t i = n; i < sizeof small; i++) CHECK(small[i] == 0xEE, "wrote byte %zu", i);
+  devbuf_error_clear(&err);
+  CHECK(T->device_props(st, 2, &p, &err) == DEVBUF_ENODEV, "device 2 of 2");
+  CHECK_HAS(err.message, "no device 2");
+  OKC(T->stream_destroy(st, 0, s, &err));
+  T->shutdown(st);
+}
+
+static void fake_roundtrip(void) {
+  enum { N = 1 << 16 };
+  devbuf_error err;
+  unsigned char *h = malloc(N), *g = malloc(N);
+  void *st = fake_state();
+  CHECK(h && g, "host memory");
+  for (int dev = 0; dev < 2; dev++) {
+    void *a = NULL, *b = NULL, *s = NULL, *e = NULL, *s2 = NULL;
+    fill(h, N, (unsigned)dev + 1);
+    memset(g, 0, N);
+    OKC(T->stream_create(st, dev, &s, &err));
+    OKC(T->stream_create(st, dev, &s2, &err));
+    OKC(T->mem_alloc(st, dev, N, 0, s, &a, &err));
+    OKC(T->mem_alloc(st, dev, N, 0, s, &b, &err));
+    CHECK(a != NULL && b != NULL && a != b, "pointers %p %p", a, b);
+    CHECK(fake_pool_live() == 2, "allocations not from the pool: %ld", fake_pool_live());
+    /* Halves with offsets, then device-to-device with offsets. */
+    OKC(T->copy_h2d(st, dev, a, 0, h, N / 2, s, &err));
+    OKC(T->copy_h2d(st, dev, a, N / 2, h + N / 2, N / 2, s, &err));
+    OKC(T->copy_d2d(st, dev, b, 100, a, 100, N - 100, s, &err));
+    OKC(T->copy_d2d(st, dev, b, 0, a, 0, 100, s, &err));
+    OKC(T->event_create(st, dev, &e, &err));
+    OKC(T->event_record(st, dev, e, s, &err));
+    OKC(T->stream_wait_event(st, dev, s2, e, &err));
+    OKC(T->copy_d2h(st, dev, g, b, 0, N, s2, &err));
+    OKC(T->stream_synchronize(st, dev, s2, &err));
+    CHECK(memcmp(g, h, N) == 0, "device %d: content differs after h2d, d2d, d2h", dev);
+    memset(g, 0, N);
+    OKC(T->copy_d2h(st, dev, g + 1, a, 4097, 1000, NULL, &err));
+    OKC(T->stream_synchronize(st, dev, NULL, &err));
+    CHECK(memcmp(g + 1, h + 4097, 1000) == 0, "offset read differs");
+    OKC(T->event_synchronize(st, dev, e, &err));
+    CHECK(T->event_query(st, dev, e, &err) == DEVBUF_OK, "event_query");
+    /* Zero-byte copies are no-ops, even with NULL pointers. */
+    OKC(T->copy_h2d(st, dev, a, 0, NULL, 0, s, &err));
+    /* Past the end of the allocation: the driver refuses, with its name. */
+    devbuf_error_clear(&err);
+    CHECK(T->copy_d2h(st, dev, g, a, N - 8, 16, s, &err) == DEVBUF_EINVAL, "out of bounds");
+    CHECK_HAS(err.message, "cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE: invalid argument (");
+    CHECK(err.backend_code == 1, "backend_code %d", err.backend_code);
+    CHECK(fake_depth() == 0, "failed call left a context pushed");
+    OKC(T->event_destroy(st, dev, e, &err));
+    OKC(T->mem_free(st, dev, a, s, &err));
+    OKC(T->mem_free(st, dev, b, s2, &err));
+    OKC(T->stream_destroy(st, dev, s, &err));
+    OKC(T->stream_destroy(st, dev, s2, &err));
+  }
+  CHECK(fake_live() == 0, "%ld allocations leaked", fake_live());
+  T->shutdown(st);
+  free(h);
+  free(g);
+}
+
+static void fake_no_pool(void) {
+  devbuf_error err;
+  void *a = NULL;
+  void *st;
+  setenv("DEVBUF_CUDA_NO_POOL", "1", 1);
+  st = fake_state();
+  OKC(T->mem_alloc(st, 0, 1000, 0, NULL, &a, &err));
+  CHECK(fake_pool_live() == 0 && fake_live() == 1, "pool %ld live %ld", fake_pool_live(),
+        fake_live());
+  OKC(T->mem_free(st, 0, a, NULL, &err));
+  CHECK(fake_live() == 0, "leaked");
+  T->shutdown(st);
+  unsetenv("DEVBUF_CUDA_NO_POOL");
+  /* The driver may lack pools too. */
+  setenv("FAKE_CUDA_NO_POOLS", "1", 1);
+  st = new_state();
+  OKC(T->mem_alloc(st, 1, 1000, 0, NULL, &a, &err));
+  CHECK(fake_pool_live() == 0 && fake_live() == 1, "pool %ld live %ld", fake_pool_live(),
+        fake_live());
+  OKC(T->mem_free(st, 1, a, NULL, &err));
+  T->shutdown(st);
+}
+
+static void fake_alloc_edges(void) {
+  devbuf_error err;
+  void *p0 = NULL, *p1 = NULL, *big = NULL, *al = NULL, *h = NULL;
+  void *st = fake_state();
+  unsigned char buf[64];
+  /* size 0 still gives distinct non-NULL pointers */
+  OKC(T->mem_alloc(st, 0, 0, 0, NULL, &p0, &err));
+  OKC(T->mem_alloc(st, 0, 0, 0, NULL, &p1, &err));
+  CHECK(p0 && p1 && p0 != p1, "size-0 pointers %p %p", p0, p1);
+  /* over-aligned: aligned pointer, freed through its base */
+  for (size_t align = 512; align <= ((size_t)1 << 16); align <<= 2) {
+    OKC(T->mem_alloc(st, 0, 100, align, NULL, &al, &err));
+    CHECK(((uintptr_t)al & (align - 1)) == 0, "%p not aligned to %zu", al, align);
+    memset(buf, 0x3c, sizeof buf);
+    OKC(T->copy_h2d(st, 0, al, 36, buf, 64, NULL, &err));
+    OKC(T->mem_free(st, 0, al, NULL, &err));
+  }
+  devbuf_error_clear(&err);
+  CHECK(T->mem_alloc(st, 0, 100, 48, NULL, &al, &err) == DEVBUF_EINVAL, "alignment 48");
+  CHECK_HAS(err.message, "not a power of two");
+  /* out of memory: the driver's error name reaches the caller */
+  devbuf_error_clear(&err);
+  CHECK(T->mem_alloc(st, 0, (size_t)1 << 41, 0, NULL, &big, &err) == DEVBUF_ENOMEM, "OOM");
+  CHECK(big == NULL, "*ptr set after OOM");
+  CHECK(strcmp(err.message, "cuMemAllocFromPoolAsync: CUDA_ERROR_OUT_OF_MEMORY: out of memory "
+                            "(2199023255552 bytes on device 0)") == 0,
+        "message '%s'", err.message);
+  CHECK(err.backend_code == 2, "backend_code %d", err.backend_code);
+  CHECK(fake_depth() == 0, "OOM left a context pushed");
+  devbuf_error_clear(&err);
+  CHECK(T->mem_alloc(st, 0, SIZE_MAX - 10, 4096, NULL, &big, &err) == DEVBUF_ENOMEM, "overflow");
+  devbuf_error_clear(&err);
+  CHECK(T->mem_free(st, 0, NULL, NULL, &err) == DEVBUF_EINVAL, "free NULL");
+  /* pinned host staging */
+  OKC(T->host_alloc(st, 1, 1 << 20, &h, &err));
+  CHECK(h != NULL, "host_alloc");
+  memset(h, 1, 1 << 20); /* host memory: writable */
+  OKC(T->host_free(st, 1, h, &err));
+  OKC(T->host_alloc(st, 0, 0, &h, &err));
+  OKC(T->host_free(st, 0, h, &err));
+  OKC(T->mem_free(st, 0, p0, NULL, &err));
+  OKC(T->mem_free(st, 0, p1, NULL, &err));
+  CHECK(fake_live() == 0, "%ld allocations leaked", fake_live());
+  /* NULL handles are refused before the driver sees them */
+  devbuf_error_clear(&err);
+  CHECK(T->stream_destroy(st, 0, NULL, &err) == DEVBUF_EINVAL, "destroy the default stream");
+  CHECK(T->event_record(st, 0, NULL, NULL, &err) == DEVBUF_EINVAL, "record NULL");
+  CHECK(T->event_destroy(st, 0, NULL, &err) == DEVBUF_EINVAL, "destroy NULL event");
+  CHECK(T->stream_create(st, 0, NULL, &err) == DEVBUF_EINVAL, "stream_create(NULL)");
+  CHECK(fake_depth() == 0, "refusals left a context pushed");
+  T->shutdown(st);
+}
+
+/* The caller's own current context survives every plugin call. */
+static void fake_caller_context(void) {
+  devbuf_error err;
+  int (*retain)(void **, int), (*push)(void *), (*pop)(void **), (*get)(void **);
+  void *mine = NULL, *cur = NULL, *p = NULL, *st = fake_state();
+  *(void **)(&retain) = dlsym(g_fake, "cuDevicePrimaryCtxRetain");
+  *(void **)(&push) = dlsym(g_fake, "cuCtxPushCurrent_v2");
+  *(void **)(&pop) = dlsym(g_fake, "cuCtxPopCurrent_v2");
+  *(void **)(&get) = dlsym(g_fake, "cuCtxGetCurrent");
+  CHECK(retain && push && pop && get, "fake entry points");
+  if (!(retain && push && pop && get)) return;
+  int count;
+  OKC(T->device_count(st, &count, &err)); /* cuInit */
+  CHECK(retain(&mine, 1) == 0 && push(mine) == 0, "caller context on device 1");
+  devbuf_error_clear(&err);
+  CHECK(T->mem_alloc(st, 0, 64, 0, NULL, &p, &err) == DEVBUF_OK, "%s", err.message);
+  CHECK(get(&cur) == 0 && cur == mine, "the caller's context was replaced");
+  CHECK(fake_depth() == 1, "depth %d", fake_depth());
+  /* And when the caller's context is the plugin's own: no push at all. */
+  CHECK(T->mem_free(st, 0, p, NULL, &err) == DEVBUF_OK, "%s", err.message);
+  CHECK(T->mem_alloc(st, 1, 64, 0, NULL, &p, &err) == DEVBUF_OK, "%s", err.message);
+  CHECK(T->mem_free(st, 1, p, NULL, &err) == DEVBUF_OK, "%s", err.message);
+  CHECK(get(&cur) == 0 && cur == mine && fake_depth() == 1, "after device 1 calls");
+  pop(&cur);
+  T->shutdown(st);
+}
+
+static void fake_device_info(void) {
+  devbuf_error err;
+  unsigned char blob[256];
+  devbuf_device_info info;
+  devbuf_device_info_desc desc;
+  size_t size = 0;
+  void *e = NULL, *s = NULL, *st = fake_state();
+  OKC(T->event_create(st, 1, &e, &err));
+  OKC(T->stream_create(st, 1, &s, &err));
+  OKC(T->event_record(st, 1, e, s, &err));
+  memset(blob, 0xCD, sizeof blob);
+  OKC(T->device_info_export(st, "devbuf.cuda", 1, e, s, DEVBUF_DEVICE_INFO_READONLY, blob,
+                            sizeof blob, &size, &err));
+  CHECK(size == sizeof info, "size %zu", size);
+  CHECK(blob[sizeof info] == 0xCD, "wrote past the struct");
+  memcpy(&info, blob, sizeof info);
+  CHECK(info.struct_size == sizeof info && info.version == 1 && info.device_ordinal == 1,
+        "header %u/%u/%d", info.struct_size, info.version, info.device_ordinal);
+  CHECK(info.event == e && info.stream == s, "event/stream are the raw CUevent/CUstream");
+  CHECK(info.flags == DEVBUF_DEVICE_INFO_READONLY, "flags 0x%x", info.flags);
+  memset(&desc, 0, sizeof desc);
+  desc.struct_size = sizeof desc;
+  OKC(T->device_info_import(st, "devbuf.cuda", blob, &desc, &err));
+  CHECK(desc.device_ordinal == 1 && desc.event == e && desc.stream == s &&
+            desc.flags == DEVBUF_DEVICE_INFO_READONLY,
+        "desc %d %p %p 0x%x", desc.device_ordinal, desc.event, desc.stream, desc.flags);
+  /* The consumer side: wait on the producer's event from another stream. */
+  OKC(T->stream_wait_event(st, 1, NULL, desc.event, &err));
+  /* refusals */
+  info.device_ordinal = 2;
+  devbuf_error_clear(&err);
+  CHECK(T->device_info_import(st, "devbuf.cuda", &info, &desc, &err) == DEVBUF_ENODEV, "ord 2");
+  info.device_ordinal = 0;
+  info.version = 2;
+  CHECK(T->device_info_import(st, "devbuf.cuda", &info, &desc, &err) == DEVBUF_EINVAL, "ver 2");
+  info.version = 1;
+  info.reserved[5] = 1;
+  CHECK(T->device_info_import(st, "devbuf.cuda", &info, &desc, &err) == DEVBUF_EINVAL, "reserved");
+  info.reserved[5] = 0;
+  info.flags = 0x80;
+  CHECK(T->device_info_import(st, "devbuf.cuda", &info, &desc, &err) == DEVBUF_EINVAL, "flags");
+  CHECK(T->device_info_export(st, "devbuf.cuda", 0, NULL, NULL, 0, blob, 16, &size, &err) ==
+            DEVBUF_EINVAL,
+        "capacity 16");
+  OKC(T->event_destroy(st, 1, e, &err));
+  OKC(T->stream_destroy(st, 1, s, &err));
+  T->shutdown(st);
+}
+
+static void fake_init_error(void) {
+  devbuf_error err;
+  int count = -1;
+  void *st;
+  setenv("FAKE_CUDA_INIT_ERROR", "100", 1); /* CUDA_ERROR_NO_DEVICE */
+  st = fake_state();
+  CHECK(T->device_count(st, &count, &err) == DEVBUF_ENODEV, "device_count");
+  expect_reason(&err, "cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+                "device_count");
+  all_slots_fail(st, "cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected");
+  T->shutdown(st);
+  unsetenv("FAKE_CUDA_INIT_ERROR");
+}
+
+static void fake_zero_devices(void) {
+  devbuf_error err;
+  int count = -1;
+  void *st;
+  setenv("FAKE_CUDA_DEVICES", "0", 1);
+  st = fake_state();
+  CHECK(T->device_count(st, &count, &err) == DEVBUF_ENODEV, "device_count");
+  expect_reason(&err, "cuDeviceGetCount: the driver reports 0 CUDA devices", "device_count");
+  T->shutdown(st);
+}
+
+static void fake_missing_symbol(void) {
+  /* A library that is not a CUDA driver: the plugin names the first symbol
+   * it lacks. libc is in every process and has no cuInit. */
+  devbuf_error err;
+  int count = -1;
+  void *st;
+  setenv("DEVBUF_CUDA_LIBRARY", "libc.so.6", 1);
+  st = new_state();
+  CHECK(T->device_count(st, &count, &err) == DEVBUF_ENODEV, "device_count");
+  expect_reason(&err,
+                "dlsym cuInit in libc.so.6: symbol not found (driver too old for this plugin)",
+                "device_count");
+  T->shutdown(st);
+}
+
+typedef struct worker_arg {
+  void *st;
+  int device, failures;
+} worker_arg;
+
+static void *worker_main(void *p) {
+  worker_arg *a = p;
+  enum { N = 4096 };
+  unsigned char h[N], g[N];
+  devbuf_error err;
+  for (int it = 0; it < 200; it++) {
+    void *d = NULL, *s = NULL;
+    fill(h, N, (unsigned)it);
+    if (T->stream_create(a->st, a->device, &s, &err) != DEVBUF_OK ||
+        T->mem_alloc(a->st, a->device, N, 0, s, &d, &err) != DEVBUF_OK ||
+        T->copy_h2d(a->st, a->device, d, 0, h, N, s, &err) != DEVBUF_OK ||
+        T->copy_d2h(a->st, a->device, g, d, 0, N, s, &err) != DEVBUF_OK ||
+        T->stream_synchronize(a->st, a->device, s, &err) != DEVBUF_OK || memcmp(g, h, N) != 0 ||
+        T->mem_free(a->st, a->device, d, s, &err) != DEVBUF_OK ||
+        T->stream_destroy(a->st, a->device, s, &err) != DEVBUF_OK || fake_depth() != 0)
+      a->failures++;
+  }
+  return NULL;
+}
+
+static void fake_threads(void) {
+  enum { N = 6 };
+  pthread_t th[N];
+  worker_arg args[N];
+  void *st = fake_state();
+  for (int i = 0; i < N; i++) {
+    args[i].st = st;
+    args[i].device = i % 2;
+    args[i].failures = 0;
+    CHECK(pthread_create(&th[i], NULL, worker_main, &args[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++) CHECK(args[i].failures == 0, "thread %d: %d failures", i, args[i].failures);
+  CHECK(fake_live() == 0, "%ld allocations leaked", fake_live());
+  T->shutdown(st);
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  void (*fn)(void);
+} g_cases[] = {
+    {"table", table},
+    {"lazy", lazy},
+    {"no_device", no_device},
+    {"default_library", default_library},
+    {"threads", threads},
+    {"fake_props", fake_props},
+    {"fake_roundtrip", fake_roundtrip},
+    {"fake_no_pool", fake_no_pool},
+    {"fake_alloc_edges", fake_alloc_edges},
+    {"fake_caller_context", fake_caller_context},
+    {"fake_device_info", fake_device_info},
+    {"fake_init_error", fake_init_error},
+    {"fake_zero_devices", fake_zero_devices},
+    {"fake_missing_symbol", fake_missing_symbol},
+    {"fake_threads", fake_threads},
+};
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s PLUGIN.so CASE [FAKE_DRIVER.so]\n", argv[0]);
+    return 2;
+  }
+  g_plugin_path = argv[1];
+  g_fake_path = argc > 3 ? argv[3] : NULL;
+  load_plugin();
+  for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
+    if (strcmp(argv[2], g_cases[i].name) == 0) {
+      devbuf_test_current = g_cases[i].name;
+      int before = devbuf_test_failed_checks;
+      g_cases[i].fn();
+      if (devbuf_test_failed_checks == before) {
+        devbuf_test_passed++;
+        printf("ok   %s %s\n", D->identifier, g_cases[i].name);
+      } else {
+        devbuf_test_failed++;
+        printf("FAIL %s %s\n", D->identifier, g_cases[i].name);
+      }
+      return devbuf_test_finish();
+    }
+  }
+  fprintf(stderr, "%s: unknown case '%s'\n", argv[0], argv[2]);
+  return 2;
+}
