@@ -271,7 +271,8 @@ static CUresult track(size_t size, int pooled, int host, uintptr_t *out) {
   void *p;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   if (size >= FAKE_OOM_BYTES) return CUDA_ERROR_OUT_OF_MEMORY;
-  p = malloc(size);
+  /* The real driver aligns to at least 256 bytes; so must the fake. */
+  if (posix_memalign(&p, 256, size) != 0) p = NULL;
   a = malloc(sizeof *a);
   if (p == NULL || a == NULL) {
     free(p);
