@@ -14,6 +14,7 @@
  * failing check (which returns early) still synchronizes its streams before
  * its host buffers are freed, and releases everything: the final `no_leaks`
  * check compares the runtime's live counters with those at the start. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -754,6 +755,88 @@ static int check_error_streams_events(ctx *c) {
   return result(c, PASS, "stream_destroy(NULL) %s", how);
 }
 
+/* Several threads at once, each with its own stream, event and buffers:
+ * every slot may be called concurrently (plugin.h, "Threading"). */
+enum { TH_N = 4, TH_ITERS = 25, TH_BYTES = 64 * 1024 };
+
+typedef struct thread_job {
+  const devbuf_device *dev;
+  int id;
+  char why[DEVBUF_ERROR_MESSAGE_SIZE + 64]; /* empty when it went well */
+} thread_job;
+
+#define TH_OK(expr)                                                                      \
+  do {                                                                                   \
+    int rc_ = (expr);                                                                    \
+    if (rc_ != DEVBUF_OK) {                                                              \
+      snprintf(j->why, sizeof j->why, "thread %d, iteration %d: %s: %s", j->id, it,     \
+               devbuf_status_name(rc_), e.message);                                      \
+      goto out;                                                                          \
+    }                                                                                    \
+  } while (0)
+
+static void *thread_body(void *arg) {
+  thread_job *j = arg;
+  devbuf_error e;
+  devbuf_error_clear(&e);
+  unsigned char *h = malloc(TH_BYTES), *g = malloc(TH_BYTES);
+  void *s = NULL, *ev = NULL, *a = NULL, *b = NULL;
+  int have_s = 0, it = -1;
+  if (h == NULL || g == NULL) {
+    snprintf(j->why, sizeof j->why, "thread %d: out of host memory", j->id);
+    goto out;
+  }
+  TH_OK(devbuf_stream_create(j->dev, &s, &e));
+  have_s = 1;
+  TH_OK(devbuf_event_create(j->dev, &ev, &e));
+  for (it = 0; it < TH_ITERS; it++) {
+    fill(h, TH_BYTES, (uint32_t)(j->id * 1000 + it));
+    memset(g, 0, TH_BYTES);
+    TH_OK(devbuf_mem_alloc(j->dev, TH_BYTES, 0, s, &a, &e));
+    TH_OK(devbuf_mem_alloc(j->dev, TH_BYTES, 0, s, &b, &e));
+    TH_OK(devbuf_copy_h2d(j->dev, a, 0, h, TH_BYTES, s, &e));
+    TH_OK(devbuf_copy_d2d(j->dev, b, 0, a, 0, TH_BYTES, s, &e));
+    TH_OK(devbuf_copy_d2h(j->dev, g, b, 0, TH_BYTES, s, &e));
+    TH_OK(devbuf_event_record(j->dev, ev, s, &e));
+    TH_OK(devbuf_event_synchronize(j->dev, ev, &e));
+    long d = first_diff(g, h, TH_BYTES);
+    if (d >= 0) {
+      snprintf(j->why, sizeof j->why, "thread %d, iteration %d: byte %ld differs", j->id, it, d);
+      goto out;
+    }
+    void *fa = a, *fb = b;
+    a = b = NULL;
+    TH_OK(devbuf_mem_free(j->dev, fa, s, &e));
+    TH_OK(devbuf_mem_free(j->dev, fb, s, &e));
+  }
+out:
+  if (have_s) devbuf_stream_synchronize(j->dev, s, &e);
+  if (a) devbuf_mem_free(j->dev, a, NULL, &e);
+  if (b) devbuf_mem_free(j->dev, b, NULL, &e);
+  if (ev) devbuf_event_destroy(j->dev, ev, &e);
+  if (have_s) devbuf_stream_destroy(j->dev, s, &e);
+  free(h);
+  free(g);
+  return NULL;
+}
+
+static int check_threads(ctx *c) {
+  pthread_t th[TH_N];
+  thread_job jobs[TH_N];
+  int started = 0;
+  for (int i = 0; i < TH_N; i++) {
+    jobs[i].dev = &c->dev;
+    jobs[i].id = i;
+    jobs[i].why[0] = '\0';
+    if (pthread_create(&th[i], NULL, thread_body, &jobs[i]) != 0) break;
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  REQUIRE(started == TH_N, "only %d of %d threads started", started, TH_N);
+  for (int i = 0; i < TH_N; i++) REQUIRE(jobs[i].why[0] == '\0', "%s", jobs[i].why);
+  return result(c, PASS, "%d threads x %d iterations", TH_N, TH_ITERS);
+}
+
 static devbuf_stats g_start_stats;
 
 static int check_no_leaks(ctx *c) {
@@ -799,6 +882,7 @@ static const check checks[] = {
     {"error_copy_out_of_bounds", check_error_copy_out_of_bounds},
     {"error_free", check_error_free},
     {"error_streams_events", check_error_streams_events},
+    {"threads", check_threads},
     {"no_leaks", check_no_leaks},
 };
 enum { NCHECKS = sizeof checks / sizeof checks[0] };
