@@ -41,6 +41,12 @@ foreach(_dir ${DEVBUF_PUBLIC_INCLUDE_DIRS})
   endif()
 endforeach()
 
+# The header-only backport of the buffer-protocol drafts, for C extensions.
+if(IS_DIRECTORY ${CMAKE_SOURCE_DIR}/bindings/python/include)
+  install(DIRECTORY ${CMAKE_SOURCE_DIR}/bindings/python/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    COMPONENT dev FILES_MATCHING PATTERN "*.h")
+endif()
+
 # ---- devbuf::plugin: what a plugin needs, and nothing it must not have.
 # Include directories, hidden visibility and the version script that leaves
 # devbuf_plugin_entry as the only exported symbol. It does NOT link libdevbuf:

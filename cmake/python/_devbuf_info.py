@@ -1,0 +1,30 @@
+"""Console entry point `devbuf-info` of the devbuf wheel.
+
+The wheel keeps the real, native devbuf-info inside the package
+(devbuf/bin/devbuf-info, RPATH $ORIGIN/../lib) so that it always finds the
+libdevbuf and the plugins installed with it, whatever the install scheme.
+This launcher only replaces the Python process with it: arguments, exit
+status and signals are the tool's own. Installed by cmake/python-install.cmake.
+"""
+import os
+import sys
+
+
+def executable():
+    """Path of the native devbuf-info shipped in this package."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "devbuf-info")
+
+
+def main():
+    exe = executable()
+    if not os.access(exe, os.X_OK):
+        sys.stderr.write("devbuf-info: the native tool is missing or not executable: %s\n" % exe)
+        return 4
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(exe, ["devbuf-info"] + sys.argv[1:])
+    return 4  # not reached: execv raises on failure
+
+
+if __name__ == "__main__":
+    sys.exit(main())
