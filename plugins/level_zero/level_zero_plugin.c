@@ -12,9 +12,10 @@
  * Command lists are not thread-safe, so each stream carries a mutex.
  * devbuf events are Level Zero events from host-visible event pools.
  *
- * Stream and event handles handed out are pointers to plugin structs whose
- * FIRST member is the raw ze_command_list_handle_t / ze_event_handle_t, so a
- * foreign consumer of device_info can read the Level Zero handle directly
+ * Stream and event handles handed out are plugin objects, kept in a registry
+ * so that a bad handle is refused rather than dereferenced. device_info
+ * carries the raw ze_event_handle_t / ze_command_list_handle_t, and the
+ * event slots accept such a raw event from another producer
  * (docs/devices/level_zero.md). */
 #include <level_zero/ze_api.h>
 #include <dlfcn.h>
@@ -90,7 +91,7 @@ typedef struct lz_driver {
   size_t free_count, free_cap, total_slots; /* free_cap >= total_slots */
 } lz_driver;
 
-/* A devbuf event. `ev` must stay the first member (see the file comment). */
+/* A devbuf event (registered as LZ_KIND_EVENT). */
 typedef struct lz_event {
   ze_event_handle_t ev;
   lz_slot slot;
@@ -98,7 +99,7 @@ typedef struct lz_event {
   atomic_int recorded; /* never-recorded events count as complete, as in CUDA */
 } lz_event;
 
-/* A devbuf stream. `list` must stay the first member. */
+/* A devbuf stream (registered as LZ_KIND_STREAM). */
 typedef struct lz_stream {
   ze_command_list_handle_t list;
   pthread_mutex_t lock; /* command lists are not thread-safe */
@@ -125,7 +126,84 @@ typedef struct lz_state {
   lz_driver *drivers;
   int count;
   lz_device *devs;
+
+  /* Every stream and event handed out, so that a bad handle is refused
+   * instead of dereferenced, and a foreign ze_event_handle_t (from another
+   * producer's device_info) is told apart from a devbuf event. */
+  pthread_mutex_t handles_lock;
+  struct lz_entry *handles; /* open addressing; NULL = empty */
+  size_t handles_cap, handles_used;
 } lz_state;
+
+/* ---- the handle registry ------------------------------------------------ */
+
+enum { LZ_KIND_STREAM = 1, LZ_KIND_EVENT = 2 };
+#define LZ_TOMBSTONE ((void *)(uintptr_t)1)
+
+typedef struct lz_entry {
+  void *ptr;
+  int kind;
+} lz_entry;
+
+static size_t lz_slot_of(const void *p, size_t cap) {
+  uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* Called with handles_lock held. */
+static int lz_handles_grow(lz_state *st) {
+  size_t cap = st->handles_cap ? st->handles_cap * 2 : 64;
+  lz_entry *old = st->handles, *t = calloc(cap, sizeof *t);
+  if (t == NULL) return 0;
+  st->handles_used = 0;
+  for (size_t i = 0; i < st->handles_cap; i++) {
+    if (old[i].ptr == NULL || old[i].ptr == LZ_TOMBSTONE) continue;
+    size_t j = lz_slot_of(old[i].ptr, cap);
+    while (t[j].ptr != NULL) j = (j + 1) & (cap - 1);
+    t[j] = old[i];
+    st->handles_used++;
+  }
+  free(old);
+  st->handles = t;
+  st->handles_cap = cap;
+  return 1;
+}
+
+static int lz_handle_add(lz_state *st, void *p, int kind) {
+  int ok = 1;
+  pthread_mutex_lock(&st->handles_lock);
+  /* handles_used counts tombstones too, so probing always ends. */
+  if ((st->handles_used + 1) * 2 > st->handles_cap) ok = lz_handles_grow(st);
+  if (ok) {
+    size_t j = lz_slot_of(p, st->handles_cap);
+    while (st->handles[j].ptr != NULL && st->handles[j].ptr != LZ_TOMBSTONE)
+      j = (j + 1) & (st->handles_cap - 1);
+    if (st->handles[j].ptr == NULL) st->handles_used++;
+    st->handles[j].ptr = p;
+    st->handles[j].kind = kind;
+  }
+  pthread_mutex_unlock(&st->handles_lock);
+  return ok;
+}
+
+/* The kind of a registered handle, or 0; `remove` unregisters it. */
+static int lz_handle_find(lz_state *st, const void *p, int remove) {
+  int kind = 0;
+  pthread_mutex_lock(&st->handles_lock);
+  if (st->handles_cap != 0 && p != NULL) {
+    size_t j = lz_slot_of(p, st->handles_cap);
+    while (st->handles[j].ptr != NULL) {
+      if (st->handles[j].ptr == p) {
+        kind = st->handles[j].kind;
+        if (remove) st->handles[j].ptr = LZ_TOMBSTONE;
+        break;
+      }
+      j = (j + 1) & (st->handles_cap - 1);
+    }
+  }
+  pthread_mutex_unlock(&st->handles_lock);
+  return kind;
+}
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -549,8 +627,24 @@ static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error
   return DEVBUF_OK;
 }
 
-static lz_stream *lz_stream_of(lz_device *d, void *stream) {
-  return stream != NULL ? (lz_stream *)stream : d->default_stream;
+/* NULL is the device's default stream; anything else must be a live
+ * stream of this plugin on `device`. */
+static int lz_stream_get(lz_state *st, lz_device *d, int device, void *stream, lz_stream **out,
+                         const char *op, devbuf_error *err) {
+  lz_stream *s;
+  if (stream == NULL) {
+    *out = d->default_stream;
+    return DEVBUF_OK;
+  }
+  if (lz_handle_find(st, stream, 0) != LZ_KIND_STREAM)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a live devbuf.level_zero stream",
+                            op, stream);
+  s = stream;
+  if (s->device != device)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: the stream belongs to device %d, not %d", op,
+                            s->device, device);
+  *out = s;
+  return DEVBUF_OK;
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -561,6 +655,12 @@ static int lz_init(void **state, devbuf_error *err) {
   if (st == NULL)
     return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.level_zero init: out of memory");
   if (pthread_mutex_init(&st->lock, NULL) != 0) {
+    free(st);
+    return devbuf_error_set(err, DEVBUF_EINIT,
+                            "devbuf.level_zero init: pthread_mutex_init failed");
+  }
+  if (pthread_mutex_init(&st->handles_lock, NULL) != 0) {
+    pthread_mutex_destroy(&st->lock);
     free(st);
     return devbuf_error_set(err, DEVBUF_EINIT,
                             "devbuf.level_zero init: pthread_mutex_init failed");
@@ -588,6 +688,8 @@ static void lz_shutdown(void *state) {
   }
   /* The loader stays loaded: drivers keep threads and exit handlers. */
   lz_forget_devices(st);
+  free(st->handles);
+  pthread_mutex_destroy(&st->handles_lock);
   pthread_mutex_destroy(&st->lock);
   free(st);
 }
@@ -685,6 +787,10 @@ static int lz_stream_create(void *state, int device, void **stream, devbuf_error
   if (rc != DEVBUF_OK) return rc;
   rc = lz_stream_new(st, device, &s, err);
   if (rc != DEVBUF_OK) return rc;
+  if (!lz_handle_add(st, s, LZ_KIND_STREAM)) {
+    lz_stream_delete(st, s);
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "stream_create: out of host memory");
+  }
   *stream = s;
   return DEVBUF_OK;
 }
@@ -692,18 +798,18 @@ static int lz_stream_create(void *state, int device, void **stream, devbuf_error
 static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
-  lz_stream *s = stream;
+  lz_stream *s;
   ze_result_t r;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
-  if (s == NULL) /* the default stream was never created, so cannot be destroyed */
+  if (stream == NULL) /* the default stream was never created, so cannot be destroyed */
     return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: NULL is the default stream");
-  if (s->device != device)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: stream belongs to device %d, not %d",
-                            s->device, device);
+  rc = lz_stream_get(st, d, device, stream, &s, "stream_destroy", err);
+  if (rc != DEVBUF_OK) return rc;
   /* Destroying an immediate list with work in flight is undefined: drain. */
   rc = lz_stream_wait_host(st, s, err);
   if (rc != DEVBUF_OK) return rc;
+  lz_handle_find(st, s, 1);
   r = lz_stream_delete(st, s);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeCommandListDestroy", "device %d", device);
   return DEVBUF_OK;
@@ -712,9 +818,12 @@ static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error
 static int lz_stream_synchronize(void *state, int device, void *stream, devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
+  lz_stream *s;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
-  return lz_stream_wait_host(st, lz_stream_of(d, stream), err);
+  rc = lz_stream_get(st, d, device, stream, &s, "stream_synchronize", err);
+  if (rc != DEVBUF_OK) return rc;
+  return lz_stream_wait_host(st, s, err);
 }
 
 /* ---- memory ------------------------------------------------------------ */
@@ -756,8 +865,12 @@ static int lz_mem_free(void *state, int device, void *ptr, void *stream, devbuf_
   if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "mem_free: NULL pointer");
   /* zeMemFree is immediate: wait for the stream the free is ordered on, so
    * that work already queued there is done with the memory. */
-  rc = lz_stream_wait_host(st, lz_stream_of(d, stream), err);
-  if (rc != DEVBUF_OK) return rc;
+  {
+    lz_stream *s;
+    rc = lz_stream_get(st, d, device, stream, &s, "mem_free", err);
+    if (rc == DEVBUF_OK) rc = lz_stream_wait_host(st, s, err);
+    if (rc != DEVBUF_OK) return rc;
+  }
   r = st->api.p_zeMemFree(st->drivers[d->driver].ctx, ptr);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeMemFree", "%p on device %d", ptr, device);
   return DEVBUF_OK;
@@ -816,7 +929,8 @@ static int lz_copy(lz_state *st, int device, void *stream, void *dst, size_t dst
     return devbuf_error_set(err, DEVBUF_EINVAL, "%s: offset overflows", what);
   to += dst_offset;
   from += src_offset;
-  s = lz_stream_of(d, stream);
+  rc = lz_stream_get(st, d, device, stream, &s, what, err);
+  if (rc != DEVBUF_OK) return rc;
   pthread_mutex_lock(&s->lock);
   r = st->api.p_zeCommandListAppendMemoryCopy(s->list, (void *)to, (const void *)from, nbytes,
                                               NULL, 0, NULL);
@@ -859,25 +973,48 @@ static int lz_event_create(void *state, int device, void **event, devbuf_error *
   if (rc != DEVBUF_OK) return rc;
   rc = lz_event_new(st, &st->drivers[d->driver], device, &e, err);
   if (rc != DEVBUF_OK) return rc;
+  if (!lz_handle_add(st, e, LZ_KIND_EVENT)) {
+    lz_event_delete(st, &st->drivers[d->driver], e);
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of host memory");
+  }
   *event = e;
   return DEVBUF_OK;
 }
 
-static int lz_event_check(lz_state *st, int device, void *event, const char *op, lz_device **d,
-                          devbuf_error *err) {
+/* An event argument: one of ours (*own set), or, when `foreign_ok`, a raw
+ * ze_event_handle_t from another producer's device_info (*own NULL). */
+static int lz_event_get(lz_state *st, int device, void *event, int foreign_ok, const char *op,
+                        lz_device **d, lz_event **own, ze_event_handle_t *raw,
+                        devbuf_error *err) {
   int rc = lz_device_get(st, device, d, err);
   if (rc != DEVBUF_OK) return rc;
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL event", op);
+  if (lz_handle_find(st, event, 0) == LZ_KIND_EVENT) {
+    *own = event;
+    *raw = (*own)->ev;
+    if ((*own)->device != device)
+      return devbuf_error_set(err, DEVBUF_EINVAL, "%s: the event belongs to device %d, not %d",
+                              op, (*own)->device, device);
+    return DEVBUF_OK;
+  }
+  if (!foreign_ok || lz_handle_find(st, event, 0) != 0)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a live devbuf.level_zero event",
+                            op, event);
+  *own = NULL;
+  *raw = (ze_event_handle_t)event;
   return DEVBUF_OK;
 }
 
 static int lz_event_destroy(void *state, int device, void *event, devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
+  lz_event *e;
+  ze_event_handle_t raw;
   ze_result_t r;
-  int rc = lz_event_check(st, device, event, "event_destroy", &d, err);
+  int rc = lz_event_get(st, device, event, 0, "event_destroy", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  r = lz_event_delete(st, &st->drivers[d->driver], event);
+  lz_handle_find(st, e, 1);
+  r = lz_event_delete(st, &st->drivers[d->driver], e);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeEventDestroy", "device %d", device);
   return DEVBUF_OK;
 }
@@ -886,20 +1023,22 @@ static int lz_event_record(void *state, int device, void *event, void *stream,
                            devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
-  lz_event *e = event;
+  lz_event *e;
   lz_stream *s;
+  ze_event_handle_t raw;
   ze_result_t r;
   const char *op = "zeEventHostReset";
-  int rc = lz_event_check(st, device, event, "event_record", &d, err);
+  int rc = lz_event_get(st, device, event, 0, "event_record", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  s = lz_stream_of(d, stream);
+  rc = lz_stream_get(st, d, device, stream, &s, "event_record", err);
+  if (rc != DEVBUF_OK) return rc;
   /* Re-recording replaces the previous capture, as a CUDA event does: reset
    * on the host, then signal after everything appended so far. */
   pthread_mutex_lock(&s->lock);
-  r = st->api.p_zeEventHostReset(e->ev);
+  r = st->api.p_zeEventHostReset(raw);
   if (r == ZE_RESULT_SUCCESS) {
     op = "zeCommandListAppendBarrier";
-    r = st->api.p_zeCommandListAppendBarrier(s->list, e->ev, 0, NULL);
+    r = st->api.p_zeCommandListAppendBarrier(s->list, raw, 0, NULL);
   }
   if (r == ZE_RESULT_SUCCESS) atomic_store(&e->recorded, 1);
   pthread_mutex_unlock(&s->lock);
@@ -911,15 +1050,17 @@ static int lz_stream_wait_event(void *state, int device, void *stream, void *eve
                                 devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
-  lz_event *e = event;
+  lz_event *e;
   lz_stream *s;
+  ze_event_handle_t raw;
   ze_result_t r;
-  int rc = lz_event_check(st, device, event, "stream_wait_event", &d, err);
+  int rc = lz_event_get(st, device, event, 1, "stream_wait_event", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  if (!atomic_load(&e->recorded)) return DEVBUF_OK; /* nothing captured: nothing to wait for */
-  s = lz_stream_of(d, stream);
+  rc = lz_stream_get(st, d, device, stream, &s, "stream_wait_event", err);
+  if (rc != DEVBUF_OK) return rc;
+  if (e != NULL && !atomic_load(&e->recorded)) return DEVBUF_OK; /* nothing captured */
   pthread_mutex_lock(&s->lock);
-  r = st->api.p_zeCommandListAppendWaitOnEvents(s->list, 1, &e->ev);
+  r = st->api.p_zeCommandListAppendWaitOnEvents(s->list, 1, &raw);
   pthread_mutex_unlock(&s->lock);
   if (r != ZE_RESULT_SUCCESS)
     return lz_fail(err, r, "zeCommandListAppendWaitOnEvents", "device %d", device);
@@ -929,12 +1070,13 @@ static int lz_stream_wait_event(void *state, int device, void *stream, void *eve
 static int lz_event_synchronize(void *state, int device, void *event, devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
-  lz_event *e = event;
+  lz_event *e;
+  ze_event_handle_t raw;
   ze_result_t r;
-  int rc = lz_event_check(st, device, event, "event_synchronize", &d, err);
+  int rc = lz_event_get(st, device, event, 1, "event_synchronize", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  if (!atomic_load(&e->recorded)) return DEVBUF_OK;
-  r = st->api.p_zeEventHostSynchronize(e->ev, UINT64_MAX);
+  if (e != NULL && !atomic_load(&e->recorded)) return DEVBUF_OK;
+  r = st->api.p_zeEventHostSynchronize(raw, UINT64_MAX);
   if (r != ZE_RESULT_SUCCESS)
     return lz_fail(err, r, "zeEventHostSynchronize", "device %d", device);
   return DEVBUF_OK;
@@ -943,12 +1085,13 @@ static int lz_event_synchronize(void *state, int device, void *event, devbuf_err
 static int lz_event_query(void *state, int device, void *event, devbuf_error *err) {
   lz_state *st = state;
   lz_device *d;
-  lz_event *e = event;
+  lz_event *e;
+  ze_event_handle_t raw;
   ze_result_t r;
-  int rc = lz_event_check(st, device, event, "event_query", &d, err);
+  int rc = lz_event_get(st, device, event, 1, "event_query", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  if (!atomic_load(&e->recorded)) return DEVBUF_OK;
-  r = st->api.p_zeEventQueryStatus(e->ev);
+  if (e != NULL && !atomic_load(&e->recorded)) return DEVBUF_OK;
+  r = st->api.p_zeEventQueryStatus(raw);
   if (r == ZE_RESULT_SUCCESS) return DEVBUF_OK;
   if (r == ZE_RESULT_NOT_READY) return DEVBUF_EBUSY;
   return lz_fail(err, r, "zeEventQueryStatus", "device %d", device);
@@ -963,6 +1106,9 @@ static int lz_device_info_export(void *state, const char *identifier, int device
                                  size_t *size, devbuf_error *err) {
   lz_state *st = state;
   devbuf_device_info info;
+  lz_device *d;
+  lz_stream *s;
+  ze_event_handle_t raw = NULL;
   int rc;
   if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
@@ -978,18 +1124,26 @@ static int lz_device_info_export(void *state, const char *identifier, int device
   if (flags & ~LZ_INFO_FLAGS)
     return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: unknown flags 0x%x",
                             (unsigned)(flags & ~LZ_INFO_FLAGS));
-  rc = lz_ensure(st, err);
+  rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
-  if (device < 0 || device >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV, "device_info_export: no device %d (%d devices)",
-                            device, st->count);
+  /* Consumers get raw Level Zero handles, usable without devbuf. */
+  rc = lz_stream_get(st, d, device, stream, &s, "device_info_export", err);
+  if (rc != DEVBUF_OK) return rc;
+  if (event != NULL) {
+    lz_event *own;
+    lz_device *d2;
+    rc = lz_event_get(st, device, event, 1, "device_info_export", &d2, &own, &raw, err);
+    if (rc != DEVBUF_OK) return rc;
+    /* An event never recorded has nothing to wait for. */
+    if (own != NULL && !atomic_load(&own->recorded)) raw = NULL;
+  }
   memset(&info, 0, sizeof info);
   info.struct_size = (uint32_t)sizeof info;
   info.version = DEVBUF_DEVICE_INFO_VERSION;
   info.device_ordinal = device;
   info.flags = flags;
-  info.event = event;   /* lz_event*, first member ze_event_handle_t */
-  info.stream = stream; /* lz_stream*, first member ze_command_list_handle_t */
+  info.event = raw;       /* ze_event_handle_t, or NULL */
+  info.stream = s->list;  /* ze_command_list_handle_t (immediate) */
   memcpy(out, &info, sizeof info);
   *size = sizeof info;
   return DEVBUF_OK;
