@@ -110,7 +110,7 @@ static void code_text(const devbuf_format_field *f, char *buf, size_t cap) {
     n += (size_t)snprintf(buf + n, cap - n, "%llu", (unsigned long long)f->count);
   if (n < cap)
     snprintf(buf + n, cap - n, "%s%s", f->code,
-             f->kind == DEVBUF_FIELD_STRUCT ? "{}" : f->kind == DEVBUF_FIELD_CUSTOM ? "]" : "");
+             f->kind == DEVBUF_FIELD_STRUCT ? "{}" : f->kind == DEVBUF_FIELD_CUSTOM ? "...]" : "");
   if (f->kind == DEVBUF_FIELD_BITS)
     snprintf(buf, cap, "%llut", (unsigned long long)f->count);
 }
