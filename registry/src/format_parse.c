@@ -896,6 +896,9 @@ static int parse_seq(fp *p, lvl *L, int term) {
           return fail(p, p->pos, DEVBUF_EFORMAT,
                       "a byte-order character must be followed by a type in NumPy mode");
       }
+    } else if (c == '^') {
+      return fail(p, p->pos, DEVBUF_EFORMAT,
+                  "'^' is not a struct-module prefix (struct mode knows @ = < > !)");
     } else if (is_bo(c)) {
       return fail(p, p->pos, DEVBUF_EFORMAT,
                   "byte-order character '%c' is only allowed at the start in struct mode", c);
@@ -997,7 +1000,10 @@ static int finish_level(fp *p, lvl *L, bool top, uint64_t *size, uint64_t *align
   int r;
   switch (p->mode) {
     case DEVBUF_FORMAT_STRUCT:
-      break; /* struct.calcsize never pads the end */
+      /* struct.calcsize never pads the end, so an array of such items (stride
+       * = itemsize) only keeps the alignment that divides the size. */
+      while (sz != 0 && sz % L->align != 0) L->align /= 2;
+      break;
     case DEVBUF_FORMAT_NUMPY:
       if (p->np_bo == '@' && (r = round_ck(p, p->pos, sz, L->align, &sz))) return r;
       break;
