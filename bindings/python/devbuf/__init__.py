@@ -1,0 +1,73 @@
+"""devbuf: device memory and custom dtypes for the Python buffer protocol.
+
+The C core lives in :mod:`devbuf._devbuf`; this package re-exports it and adds
+the small Python layer (plugin records, parsed formats). See docs/python-api.md.
+"""
+from __future__ import annotations
+
+from . import _devbuf
+from ._devbuf import (
+    PyBUF_CLASSIC_FLAGS,
+    PyBUF_DEVICE,
+    PyBUF_REQUIRED_FLAGS,
+    SUPPORTED_FLAGS_ATTR,
+    Device,
+    DeviceBuffer,
+    DeviceView,
+    Error,
+    FormatError,
+    OutOfMemoryError,
+    PluginError,
+    Sync,
+    check_buffer_supports,
+    device,
+    devices,
+    dtype_namespaces,
+    empty,
+    from_host,
+    plugin_stats,
+    register_dtype_namespace,
+    runtime_version,
+    search_path,
+    unregister_dtype_namespace,
+    view,
+)
+from ._format import Custom, DTypeDesc, Field, Format, parse_format
+from ._plugins import PluginInfo, load_plugin, plugins
+
+__version__ = _devbuf.__version__
+
+__all__ = [
+    "PyBUF_CLASSIC_FLAGS",
+    "PyBUF_DEVICE",
+    "PyBUF_REQUIRED_FLAGS",
+    "SUPPORTED_FLAGS_ATTR",
+    "Custom",
+    "DTypeDesc",
+    "Device",
+    "DeviceBuffer",
+    "DeviceView",
+    "Error",
+    "Field",
+    "Format",
+    "FormatError",
+    "OutOfMemoryError",
+    "PluginError",
+    "PluginInfo",
+    "Sync",
+    "check_buffer_supports",
+    "device",
+    "devices",
+    "dtype_namespaces",
+    "empty",
+    "from_host",
+    "load_plugin",
+    "parse_format",
+    "plugin_stats",
+    "plugins",
+    "register_dtype_namespace",
+    "runtime_version",
+    "search_path",
+    "unregister_dtype_namespace",
+    "view",
+]

@@ -1,0 +1,352 @@
+/* devbuf_buffer.h: a header-only backport of the device extension of the
+ * Python buffer protocol (the "extended buffer protocol PEP draft for device
+ * memory support"), for CPython 3.8+ as it ships today.
+ *
+ * Include it after <Python.h> from any C extension. It needs nothing else:
+ * no libdevbuf, no devbuf headers, no link step (as pythoncapi_compat does
+ * for other APIs). Producers and consumers built against it interoperate
+ * with each other and with every existing buffer producer and consumer.
+ *
+ * What it provides
+ *  - DevbufPy_buffer_ext: the extended Py_buffer, i.e. the standard fields
+ *    followed by `int flags; int ext_flags; char *device; void *device_info;`
+ *  - PyBUF_DEVICE: the device request flag (provisional value, see below).
+ *  - PyBUF_REQUIRED_FLAGS: the request flags a producer must not ignore.
+ *  - The backport of the `bf_supported_flags` slot: a type attribute
+ *    `__buffer_supported_flags__` (see "Advertising supported flags").
+ *  - DevbufPy_CheckBufferSupports(obj, flags): the backport of
+ *    PyObject_CheckBufferSupports.
+ *  - DevbufPy_GetBufferEx(obj, view, flags): PyObject_GetBuffer as the draft
+ *    says future CPython will do it: zero `flags`/`ext_flags`/`device`/
+ *    `device_info` first, refuse required flags the type does not support,
+ *    and treat a producer that did not set PyBUF_DEVICE in `flags` as a CPU
+ *    buffer.
+ *  - Small helpers for producers (DevbufPy_BufferSetDevice) and consumers
+ *    (DevbufPy_BufferIsDevice, DevbufPy_BufferRelease).
+ *
+ * The rules, in one place
+ *  Consumer: pass a DevbufPy_buffer_ext whenever PyBUF_DEVICE is in the
+ *    request (always, if you go through DevbufPy_GetBufferEx), and read
+ *    `device`/`device_info` only when `view.flags & PyBUF_DEVICE` is set
+ *    after the call. A buffer without it is ordinary host memory.
+ *    Memory whose `device` is non-NULL must not be dereferenced by the host
+ *    unless that device's specification says it may, and only after
+ *    honouring the synchronisation its `device_info` describes.
+ *    PyBuffer_* helpers that read the data (PyBuffer_ToContiguous, ...)
+ *    work only on CPU buffers.
+ *  Producer: touch the four extended fields only when the request had
+ *    PyBUF_DEVICE (the struct behind a plain request may be a plain
+ *    Py_buffer: writing past it corrupts the consumer's memory). If the
+ *    buffer can only be described with device information and the request
+ *    lacks PyBUF_DEVICE, raise BufferError. When you fill device
+ *    information, set PyBUF_DEVICE in `flags`. `device` is NULL (host
+ *    memory) or a unique, NUL-terminated UTF-8 identifier that outlives the
+ *    export; `device_info` points to data laid out as that identifier's
+ *    specification says, valid until the matching release.
+ *
+ * PyBUF_DEVICE's value (PROVISIONAL)
+ *  The draft names the flag but no CPython release defines it. This header
+ *  uses bit 24 (0x1000000): CPython's request flags end at PyBUF_WRITE
+ *  (0x200), and no release uses a higher bit. This is the only place the
+ *  value lives; producers and consumers must agree on it, so do not redefine
+ *  it. If the interpreter's own headers ever define PyBUF_DEVICE, theirs is
+ *  used and DEVBUFPY_PYBUF_DEVICE_IS_BACKPORT is 0.
+ *
+ * Advertising supported flags (the bf_supported_flags backport)
+ *  A type advertises the request flags it supports with a class attribute
+ *  `__buffer_supported_flags__` (an int), i.e. the value Python code sees as
+ *  `type(obj).__buffer_supported_flags__`. Meaning, as the draft defines
+ *  bf_supported_flags:
+ *     absent or 0 : every classic flag (DEVBUFPY_BUF_CLASSIC_FLAGS), and no
+ *                   extended flag; this is what every existing type gets;
+ *     -1          : only PyBUF_SIMPLE;
+ *     other       : exactly these bits; list the classic ones you support
+ *                   too, e.g. DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE.
+ *  A C type sets it once, after PyType_Ready, with
+ *     DevbufPy_SetBufferSupportedFlags(&MyType, DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE);
+ *  and a Python class writes `__buffer_supported_flags__ = ...` in its body.
+ *  Advertising is optional: PyBUF_DEVICE is a soft flag, and a consumer must
+ *  check `view.flags` anyway. It lets a consumer that cannot use CPU memory
+ *  skip asking, and lets GetBufferEx refuse required flags up front.
+ *  Lookups are cached per type (keyed by the type's version tag, which
+ *  CPython changes whenever a type attribute changes), so the check costs
+ *  two compares on the hot path. The cache relies on the GIL; on a
+ *  free-threaded build (Py_GIL_DISABLED) it is compiled out.
+ *
+ * All functions here follow CPython's conventions: 0 / 1 results, -1 with
+ * an exception set on error, and they must be called with the GIL held. */
+#ifndef DEVBUF_BUFFER_H
+#define DEVBUF_BUFFER_H
+
+#ifndef Py_PYTHON_H
+#error "include <Python.h> before devbuf_buffer.h"
+#endif
+
+#include <stddef.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this header's API; grows when functions are added. */
+#define DEVBUFPY_BUFFER_H_VERSION 1
+
+/* ---- the flags ----------------------------------------------------------- */
+
+#ifndef PyBUF_DEVICE
+/* PROVISIONAL (see the top of this file): the one place the value lives. */
+#define PyBUF_DEVICE 0x1000000
+#define DEVBUFPY_PYBUF_DEVICE_IS_BACKPORT 1
+#else
+#define DEVBUFPY_PYBUF_DEVICE_IS_BACKPORT 0
+#endif
+
+/* Every request flag CPython defined before the draft. */
+#define DEVBUFPY_BUF_CLASSIC_FLAGS                                                     \
+  (PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_ND | PyBUF_STRIDES | PyBUF_C_CONTIGUOUS |       \
+   PyBUF_F_CONTIGUOUS | PyBUF_ANY_CONTIGUOUS | PyBUF_INDIRECT)
+
+/* The flags a producer must not ignore: every classic flag except the bit
+ * that only PyBUF_INDIRECT adds (a soft "I could follow suboffsets"), and
+ * not PyBUF_DEVICE (soft by the draft: a producer may answer it with a
+ * plain CPU buffer). */
+#ifndef PyBUF_REQUIRED_FLAGS
+#define PyBUF_REQUIRED_FLAGS (DEVBUFPY_BUF_CLASSIC_FLAGS & ~(PyBUF_INDIRECT & ~PyBUF_STRIDES))
+#endif
+
+/* Every extended request flag this header knows. */
+#define DEVBUFPY_BUF_EXTENDED_FLAGS (PyBUF_DEVICE)
+
+/* The class attribute that backports bf_supported_flags. */
+#define DEVBUFPY_SUPPORTED_FLAGS_ATTR "__buffer_supported_flags__"
+
+/* ---- the extended Py_buffer ------------------------------------------------ */
+
+/* The standard Py_buffer, then the draft's fields. `view` comes first, so a
+ * `DevbufPy_buffer_ext *` and a `Py_buffer *` to it are interchangeable
+ * (pass `&ext.view` to PyObject_GetBuffer; a producer recovers the extended
+ * struct with DEVBUFPY_BUFFER_EXT(view) once it has seen PyBUF_DEVICE). */
+typedef struct DevbufPy_buffer_ext {
+  Py_buffer view;     /* buf, obj, len, itemsize, readonly, ndim, format, shape, ... */
+  int flags;          /* extended request flags the producer honoured (PyBUF_DEVICE) */
+  int ext_flags;      /* zero; general flag space for future extensions */
+  char *device;       /* NULL (host) or the device identifier, e.g. "devbuf.sim" */
+  void *device_info;  /* the identifier's own device information, or NULL */
+} DevbufPy_buffer_ext;
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(offsetof(DevbufPy_buffer_ext, flags) == sizeof(Py_buffer),
+               "DevbufPy_buffer_ext: the draft's fields must follow Py_buffer directly");
+#endif
+
+/* From a producer's `Py_buffer *` to the extended struct. Only valid when
+ * the request flags had PyBUF_DEVICE (or another extended flag). */
+#define DEVBUFPY_BUFFER_EXT(pybuffer) ((DevbufPy_buffer_ext *)(void *)(pybuffer))
+
+/* ---- advertising and checking supported flags ----------------------------- */
+
+/* Advertise `flags` as the supported request flags of `type` (the
+ * bf_supported_flags backport). Call once, after PyType_Ready. Works for
+ * static and heap types. Returns 0, or -1 with an exception set. */
+static inline int DevbufPy_SetBufferSupportedFlags(PyTypeObject *type, int flags) {
+  PyObject *value = PyLong_FromLong(flags);
+  int rc;
+  if (value == NULL) return -1;
+  if ((type->tp_flags & Py_TPFLAGS_HEAPTYPE)
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+      && !(type->tp_flags & Py_TPFLAGS_IMMUTABLETYPE)
+#endif
+  ) {
+    rc = PyObject_SetAttrString((PyObject *)type, DEVBUFPY_SUPPORTED_FLAGS_ATTR, value);
+  } else {
+    /* Static or immutable types refuse setattr; their dict is still ours to
+     * fill once, right after PyType_Ready. PyType_Modified invalidates every
+     * cache keyed on the type's version tag. */
+    rc = type->tp_dict ? PyDict_SetItemString(type->tp_dict, DEVBUFPY_SUPPORTED_FLAGS_ATTR, value)
+                       : -1;
+    if (rc == 0) PyType_Modified(type);
+    else if (!PyErr_Occurred())
+      PyErr_Format(PyExc_TypeError, "%.100s has no type dict to record buffer flags in",
+                   type->tp_name);
+  }
+  Py_DECREF(value);
+  return rc;
+}
+
+/* Uncached: the raw advertised value of `type` (0 if absent). */
+static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
+  static PyObject *name = NULL; /* interned, immortal for our purposes */
+  PyObject *value;
+  long v;
+  if (name == NULL) {
+    name = PyUnicode_InternFromString(DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+    if (name == NULL) return -1;
+  }
+  /* Through the type's getattr, so that the answer is what Python code sees
+   * and so that CPython assigns the type a version tag to cache on. */
+  value = PyObject_GetAttr((PyObject *)type, name);
+  if (value == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    *raw = 0;
+    return 0;
+  }
+  if (!PyLong_Check(value)) {
+    PyErr_Format(PyExc_TypeError, "%.100s.%s must be an int, not %.100s", type->tp_name,
+                 DEVBUFPY_SUPPORTED_FLAGS_ATTR, Py_TYPE(value)->tp_name);
+    Py_DECREF(value);
+    return -1;
+  }
+  v = PyLong_AsLong(value);
+  Py_DECREF(value);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v < INT_MIN || v > INT_MAX) {
+    PyErr_Format(PyExc_OverflowError, "%.100s.%s does not fit in a C int", type->tp_name,
+                 DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+    return -1;
+  }
+  *raw = (int)v;
+  return 0;
+}
+
+/* The request flags `type` supports, with the draft's conventions applied
+ * (0 -> every classic flag, -1 -> PyBUF_SIMPLE only). */
+static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supported) {
+  int raw = 0;
+#if !defined(Py_GIL_DISABLED)
+  /* Direct-mapped cache keyed by (type, version tag). Version tags are
+   * never reused, and CPython resets a type's tag whenever one of its (or
+   * its bases') attributes changes, so a hit is always current. */
+  enum { DEVBUFPY__SF_CACHE = 32 };
+  static struct {
+    PyTypeObject *type;
+    unsigned int tag;
+    int raw;
+  } cache[DEVBUFPY__SF_CACHE];
+  size_t slot = ((size_t)(uintptr_t)type >> 4) & (DEVBUFPY__SF_CACHE - 1);
+  if (cache[slot].type == type && type->tp_version_tag != 0 &&
+      cache[slot].tag == type->tp_version_tag
+#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+      && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+#endif
+  ) {
+    raw = cache[slot].raw;
+  } else {
+    if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
+    if (type->tp_version_tag != 0
+#ifdef Py_TPFLAGS_VALID_VERSION_TAG
+        && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+#endif
+    ) {
+      cache[slot].type = type;
+      cache[slot].tag = type->tp_version_tag;
+      cache[slot].raw = raw;
+    }
+  }
+#else
+  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
+#endif
+  if (raw == 0) *supported = DEVBUFPY_BUF_CLASSIC_FLAGS;
+  else if (raw == -1) *supported = PyBUF_SIMPLE;
+  else *supported = raw;
+  return 0;
+}
+
+/* The backport of PyObject_CheckBufferSupports: 1 if `obj` exports buffers
+ * and advertises every flag in `flags`, 0 if not (including "no buffer
+ * protocol at all": call PyObject_CheckBuffer to tell the two apart), -1
+ * with an exception if the advertised value is malformed. */
+static inline int DevbufPy_CheckBufferSupports(PyObject *obj, int flags) {
+  PyTypeObject *type = Py_TYPE(obj);
+  int supported = 0;
+  if (type->tp_as_buffer == NULL || type->tp_as_buffer->bf_getbuffer == NULL) return 0;
+  if (flags == PyBUF_SIMPLE) return 1;
+  if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) return -1;
+  return (flags & ~supported) == 0;
+}
+
+/* ---- getting and releasing -------------------------------------------------- */
+
+/* PyObject_GetBuffer as the draft specifies it for future CPython:
+ *  1. zero `flags`, `ext_flags`, `device` and `device_info`;
+ *  2. refuse (BufferError) required flags the type does not advertise;
+ *  3. get the buffer;
+ *  4. if the producer did not set PyBUF_DEVICE in `flags` (an old producer
+ *     that ignored the request, or a plain request), the result is a CPU
+ *     buffer: `flags` loses PyBUF_DEVICE and `device`/`device_info` are NULL.
+ * Returns 0, or -1 with an exception set (view->view.obj is then NULL).
+ * Release with DevbufPy_BufferRelease (or PyBuffer_Release(&view->view)). */
+static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view, int flags) {
+  int required = flags & PyBUF_REQUIRED_FLAGS;
+  view->flags = 0;
+  view->ext_flags = 0;
+  view->device = NULL;
+  view->device_info = NULL;
+  view->view.obj = NULL;
+  if (required) {
+    int ok = DevbufPy_CheckBufferSupports(obj, required);
+    if (ok < 0) return -1;
+    if (ok == 0) {
+      int supported = 0;
+      if (Py_TYPE(obj)->tp_as_buffer == NULL || Py_TYPE(obj)->tp_as_buffer->bf_getbuffer == NULL) {
+        PyErr_Format(PyExc_TypeError, "a bytes-like object is required, not '%.100s'",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+      }
+      if (DevbufPy_GetBufferSupportedFlags(Py_TYPE(obj), &supported) < 0) return -1;
+      PyErr_Format(PyExc_BufferError,
+                   "%.100s does not support buffer request flags 0x%x (it advertises 0x%x in "
+                   "%s)", Py_TYPE(obj)->tp_name, required & ~supported, supported,
+                   DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+      return -1;
+    }
+  }
+  if (PyObject_GetBuffer(obj, &view->view, flags) < 0) return -1;
+  if (!(flags & PyBUF_DEVICE) || !(view->flags & PyBUF_DEVICE)) {
+    /* A CPU buffer. Without PyBUF_DEVICE in the request the producer was not
+     * allowed to write here; scrub anyway so nobody reads garbage. */
+    view->flags &= ~PyBUF_DEVICE;
+    view->device = NULL;
+    view->device_info = NULL;
+  }
+  return 0;
+}
+
+/* 1 if `view` (from DevbufPy_GetBufferEx) is device memory the host must not
+ * touch without the device's rules: PyBUF_DEVICE set and a device other than
+ * NULL or the reserved "cpu". */
+static inline int DevbufPy_BufferIsDevice(const DevbufPy_buffer_ext *view) {
+  return (view->flags & PyBUF_DEVICE) && view->device != NULL &&
+         strcmp(view->device, "cpu") != 0;
+}
+
+/* Release a buffer from DevbufPy_GetBufferEx, once. Safe on a view whose
+ * get failed or that was already released (view->view.obj == NULL). */
+static inline void DevbufPy_BufferRelease(DevbufPy_buffer_ext *view) {
+  if (view->view.obj != NULL) PyBuffer_Release(&view->view);
+  view->flags = 0;
+  view->device = NULL;
+  view->device_info = NULL;
+}
+
+/* For producers, inside bf_getbuffer: record device information if and only
+ * if the request allows it. Returns 1 if written, 0 if `flags` lacked
+ * PyBUF_DEVICE (then nothing was touched: answer with a CPU buffer or raise
+ * BufferError). */
+static inline int DevbufPy_BufferSetDevice(Py_buffer *pybuffer, int flags, const char *device,
+                                           void *device_info) {
+  DevbufPy_buffer_ext *ext;
+  if (!(flags & PyBUF_DEVICE)) return 0;
+  ext = DEVBUFPY_BUFFER_EXT(pybuffer);
+  ext->flags |= PyBUF_DEVICE;
+  ext->device = (char *)device;
+  ext->device_info = device_info;
+  return 1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DEVBUF_BUFFER_H */

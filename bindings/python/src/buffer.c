@@ -1,0 +1,734 @@
+/* buffer.c: devbuf.DeviceBuffer, memory owned by the bindings on one device.
+ *
+ * Producer side of the extended buffer protocol:
+ *  - with PyBUF_DEVICE in the request, a buffer on a device other than the
+ *    host is exported with `device` = the interned identifier and
+ *    `device_info` = the device's own layout (devbuf_device_info_export),
+ *    which carries the event the consumer must wait on;
+ *  - without it, host-readable memory is exported as a plain buffer
+ *    (memoryview, numpy.asarray work) and other memory raises BufferError;
+ *  - host memory ("cpu") is always a plain CPU buffer: the draft reserves
+ *    the "cpu" identifier, so the extended fields are left alone.
+ * Exporter discipline as bytearray: `exports` counts live exports, the
+ * memory cannot be freed while exported, release never decrefs view->obj.
+ *
+ * Sync: all work of a buffer is ordered on its device's default stream
+ * (NULL). An asynchronous upload records `event` after the copy; every
+ * reader (exports, downloads, device copies) honours it. Host staging
+ * memory of an upload lives until `event` has completed. */
+#include "dbp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HOST_ALIGN 64
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+static int dev_is_async(const DbpDevice *d) { return (d->props_flags & DEVBUF_DEVICE_ASYNC) != 0; }
+
+static int check_alive(DbpBuffer *self) {
+  if (self->freed) {
+    PyErr_SetString(PyExc_ValueError, "operation on a freed devbuf.DeviceBuffer");
+    return -1;
+  }
+  return 0;
+}
+
+/* Wait for the pending upload (if any) and free its staging memory. Called
+ * with the GIL released and the buffer pinned. */
+static int settle_nogil(DbpBuffer *self, devbuf_error *err) {
+  int rc = DEVBUF_OK;
+  if (self->staging == NULL) return DEVBUF_OK;
+  if (self->event) rc = devbuf_event_synchronize(&self->device->dev, self->event, err);
+  if (rc == DEVBUF_OK) {
+    rc = devbuf_host_free(&self->device->dev, self->staging, err);
+    self->staging = NULL;
+  }
+  return rc;
+}
+
+/* Give the memory, event and staging back. Any thread state; GIL released
+ * inside. Leaves the buffer freed even when the plugin reports an error. */
+static int release_memory(DbpBuffer *self, devbuf_error *err) {
+  int rc = DEVBUF_OK, rc2;
+  void *ptr = self->ptr, *event = self->event, *staging = self->staging;
+  int kind = self->kind;
+  const devbuf_device *dev = &self->device->dev;
+  self->ptr = NULL;
+  self->event = NULL;
+  self->staging = NULL;
+  self->freed = 1;
+  Py_BEGIN_ALLOW_THREADS
+  if (event) rc = devbuf_event_synchronize(dev, event, err);
+  if (staging && (rc2 = devbuf_host_free(dev, staging, rc ? NULL : err)) && !rc) rc = rc2;
+  if (event && (rc2 = devbuf_event_destroy(dev, event, rc ? NULL : err)) && !rc) rc = rc2;
+  if (ptr) {
+    if (kind == DBP_MEM_HOST) free(ptr);
+    else if ((rc2 = devbuf_mem_free(dev, ptr, NULL, rc ? NULL : err)) && !rc) rc = rc2;
+  }
+  Py_END_ALLOW_THREADS
+  return rc;
+}
+
+Py_ssize_t dbp_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
+                         Py_ssize_t *strides) {
+  Py_ssize_t items = 1, stride = itemsize;
+  for (int i = ndim - 1; i >= 0; i--) {
+    if (strides) strides[i] = stride;
+    if (shape[i] != 0 && items > PY_SSIZE_T_MAX / shape[i]) return -1;
+    items *= shape[i];
+    if (shape[i] != 0 && stride > PY_SSIZE_T_MAX / shape[i]) return -1;
+    stride *= shape[i] ? shape[i] : 1;
+  }
+  return items;
+}
+
+PyObject *dbp_tuple_from_ssize(int n, const Py_ssize_t *v) {
+  PyObject *t = PyTuple_New(n);
+  if (t == NULL) return NULL;
+  for (int i = 0; i < n; i++) {
+    PyObject *x = PyLong_FromSsize_t(v[i]);
+    if (x == NULL) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, x);
+  }
+  return t;
+}
+
+/* ---- construction -------------------------------------------------------------------- */
+
+DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
+                          const char *format, Py_ssize_t itemsize, int readonly) {
+  if (ndim < 0 || ndim > PyBUF_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "ndim %d is out of range (0..%d)", ndim, PyBUF_MAX_NDIM);
+    return NULL;
+  }
+  if (itemsize <= 0) {
+    PyErr_Format(PyExc_ValueError, "format '%s' has item size %zd; need at least 1", format,
+                 itemsize);
+    return NULL;
+  }
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0) {
+      PyErr_Format(PyExc_ValueError, "shape[%d] is negative (%zd)", i, shape[i]);
+      return NULL;
+    }
+  DbpBuffer *self = PyObject_New(DbpBuffer, &DbpBuffer_Type);
+  if (self == NULL) return NULL;
+  /* Everything after the header, zeroed, so dealloc is safe at any failure. */
+  memset((char *)self + sizeof(PyObject), 0, sizeof(DbpBuffer) - sizeof(PyObject));
+  self->device = device;
+  Py_INCREF(device);
+  self->freed = 1; /* until memory exists */
+  self->ndim = ndim;
+  self->itemsize = itemsize;
+  self->readonly = readonly;
+  self->kind = device->dev.backend == NULL ? DBP_MEM_HOST : DBP_MEM_DEVICE;
+  self->host_readable = (device->props_flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) != 0;
+  if (ndim > 0) {
+    self->shape = PyMem_Malloc(2 * (size_t)ndim * sizeof(Py_ssize_t));
+    if (self->shape == NULL) {
+      Py_DECREF(self);
+      return (DbpBuffer *)PyErr_NoMemory();
+    }
+    self->strides = self->shape + ndim;
+    memcpy(self->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
+  }
+  Py_ssize_t items = dbp_c_strides(ndim, shape, itemsize, self->strides);
+  if (items < 0 || (items && itemsize > PY_SSIZE_T_MAX / items)) {
+    Py_DECREF(self);
+    PyErr_SetString(PyExc_OverflowError, "buffer size does not fit in Py_ssize_t");
+    return NULL;
+  }
+  self->nbytes = (size_t)(items * itemsize);
+  size_t flen = strlen(format);
+  self->format = PyMem_Malloc(flen + 1);
+  if (self->format == NULL) {
+    Py_DECREF(self);
+    return (DbpBuffer *)PyErr_NoMemory();
+  }
+  memcpy(self->format, format, flen + 1);
+
+  void *ptr = NULL;
+  if (self->kind == DBP_MEM_HOST) {
+    size_t n = (self->nbytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+    ptr = aligned_alloc(HOST_ALIGN, n ? n : HOST_ALIGN);
+    if (ptr == NULL) {
+      Py_DECREF(self);
+      return (DbpBuffer *)PyErr_NoMemory();
+    }
+  } else {
+    devbuf_error err;
+    int rc;
+    devbuf_error_clear(&err);
+    size_t nbytes = self->nbytes;
+    DBP_NOGIL(rc = devbuf_mem_alloc(&device->dev, nbytes, 0, NULL, &ptr, &err));
+    if (rc != DEVBUF_OK) {
+      Py_DECREF(self);
+      return (DbpBuffer *)dbp_raise(&err);
+    }
+  }
+  self->ptr = ptr;
+  self->freed = 0;
+  return self;
+}
+
+/* Copy `n` contiguous host bytes at `src` into self (offset 0). When the
+ * device is asynchronous and `src_stable` is 0, the bytes are staged first so
+ * the caller may reuse `src` at once; the copy completes in the background
+ * and `event` marks its end. Called with the GIL held. */
+static int upload(DbpBuffer *self, Py_buffer *src) {
+  devbuf_error err;
+  int rc = DEVBUF_OK;
+  size_t n = self->nbytes;
+  int contiguous = PyBuffer_IsContiguous(src, 'C');
+  const devbuf_device *dev = &self->device->dev;
+  devbuf_error_clear(&err);
+  if ((size_t)src->len != n) {
+    PyErr_Format(PyExc_ValueError, "source has %zd bytes, the buffer %zu", src->len, n);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (self->kind == DBP_MEM_HOST) {
+    if (contiguous) {
+      void *dst = self->ptr, *s = src->buf;
+      DBP_NOGIL(memcpy(dst, s, n));
+      return 0;
+    }
+    return PyBuffer_ToContiguous(self->ptr, src, src->len, 'C');
+  }
+  if (!dev_is_async(self->device)) {
+    /* A synchronous device: copy straight from the source. */
+    void *tmp = NULL;
+    const void *from = src->buf;
+    if (!contiguous) {
+      tmp = PyMem_Malloc(n);
+      if (tmp == NULL) {
+        PyErr_NoMemory();
+        return -1;
+      }
+      if (PyBuffer_ToContiguous(tmp, src, src->len, 'C') < 0) {
+        PyMem_Free(tmp);
+        return -1;
+      }
+      from = tmp;
+    }
+    self->pins++;
+    DBP_NOGIL(rc = devbuf_copy_from_host_sync(dev, self->ptr, 0, from, n, &err));
+    self->pins--;
+    PyMem_Free(tmp);
+    return rc == DEVBUF_OK ? 0 : dbp_fail(&err);
+  }
+  /* Asynchronous: stage, enqueue, record. */
+  void *staging = NULL, *event = NULL;
+  DBP_NOGIL(rc = devbuf_host_alloc(dev, n, &staging, &err));
+  if (rc != DEVBUF_OK) return dbp_fail(&err);
+  if (contiguous) {
+    void *s = src->buf;
+    DBP_NOGIL(memcpy(staging, s, n));
+  } else if (PyBuffer_ToContiguous(staging, src, src->len, 'C') < 0) {
+    devbuf_host_free(dev, staging, NULL);
+    return -1;
+  }
+  self->pins++;
+  Py_BEGIN_ALLOW_THREADS
+  rc = devbuf_copy_h2d(dev, self->ptr, 0, staging, n, NULL, &err);
+  if (rc == DEVBUF_OK) rc = devbuf_event_create(dev, &event, &err);
+  if (rc == DEVBUF_OK) rc = devbuf_event_record(dev, event, NULL, &err);
+  if (rc != DEVBUF_OK) {
+    /* Whatever was enqueued must finish before the staging memory goes. */
+    devbuf_stream_synchronize(dev, NULL, NULL);
+    if (event) devbuf_event_destroy(dev, event, NULL);
+    devbuf_host_free(dev, staging, NULL);
+  }
+  Py_END_ALLOW_THREADS
+  self->pins--;
+  if (rc != DEVBUF_OK) return dbp_fail(&err);
+  self->event = event;
+  self->staging = staging;
+  return 0;
+}
+
+DbpBuffer *dbp_buffer_from_pybuffer(DbpDevice *device, Py_buffer *src, int readonly) {
+  const char *fmt = src->format ? src->format : "B";
+  Py_ssize_t one[1];
+  const Py_ssize_t *shape = src->shape;
+  int ndim = src->ndim;
+  if (shape == NULL) { /* a flat buffer */
+    ndim = 1;
+    one[0] = src->itemsize ? src->len / src->itemsize : src->len;
+    shape = one;
+  }
+  DbpBuffer *self = dbp_buffer_new(device, ndim, shape, fmt, src->itemsize ? src->itemsize : 1,
+                                   readonly);
+  if (self == NULL) return NULL;
+  if (upload(self, src) < 0) {
+    Py_DECREF(self);
+    return NULL;
+  }
+  return self;
+}
+
+/* ---- downloads ------------------------------------------------------------------------ */
+
+/* Gather a strided array into C order. */
+static void gather(char *dst, const char *src, int ndim, const Py_ssize_t *shape,
+                   const Py_ssize_t *strides, Py_ssize_t itemsize, char **out) {
+  if (ndim == 0) {
+    memcpy(*out, src, (size_t)itemsize);
+    *out += itemsize;
+    return;
+  }
+  for (Py_ssize_t i = 0; i < shape[0]; i++)
+    gather(dst, src + i * strides[0], ndim - 1, shape + 1, strides + 1, itemsize, out);
+}
+
+DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, const void *ptr,
+                               size_t nbytes, int ndim, const Py_ssize_t *shape,
+                               const Py_ssize_t *strides, const char *format,
+                               Py_ssize_t itemsize, void *event) {
+  DbpDevice *host = dbp_device_host();
+  if (host == NULL) return NULL;
+  Py_ssize_t flat[1];
+  if (shape == NULL) {
+    ndim = 1;
+    flat[0] = (Py_ssize_t)nbytes / (itemsize ? itemsize : 1);
+    shape = flat;
+    strides = NULL;
+  }
+  DbpBuffer *out = dbp_buffer_new(host, ndim, shape, format ? format : "B",
+                                  itemsize ? itemsize : 1, 0);
+  if (out == NULL) return NULL;
+  if (out->nbytes == 0) return out;
+  /* The byte range [lo, hi) the source covers, so strided and negative-
+   * stride sources copy what they span and are gathered on the host. */
+  Py_ssize_t lo = 0, hi = itemsize;
+  int contiguous = 1;
+  if (strides != NULL) {
+    Py_ssize_t expect = itemsize;
+    for (int i = ndim - 1; i >= 0; i--) {
+      if (shape[i] > 1 && strides[i] != expect) contiguous = 0;
+      expect *= shape[i];
+      Py_ssize_t ext = (shape[i] - 1) * strides[i];
+      if (ext < 0) lo += ext;
+      else hi += ext;
+    }
+  } else {
+    hi = (Py_ssize_t)out->nbytes;
+  }
+  size_t span = (size_t)(hi - lo);
+  char *tmp = NULL, *dst = out->ptr;
+  if (!contiguous) {
+    tmp = PyMem_RawMalloc(span);
+    if (tmp == NULL) {
+      Py_DECREF(out);
+      return (DbpBuffer *)PyErr_NoMemory();
+    }
+    dst = tmp;
+  }
+  devbuf_error err;
+  int rc = DEVBUF_OK;
+  devbuf_error_clear(&err);
+  const char *base = (const char *)ptr;
+  Py_BEGIN_ALLOW_THREADS
+  if (host_readable || dev == NULL || dev->backend == NULL) {
+    if (event && dev && dev->backend) rc = devbuf_event_synchronize(dev, event, &err);
+    if (rc == DEVBUF_OK) memcpy(dst, base + lo, span);
+  } else if (lo < 0) {
+    rc = devbuf_copy_to_host_sync(dev, dst, base + lo, 0, span, event, &err);
+  } else {
+    rc = devbuf_copy_to_host_sync(dev, dst, base, (size_t)lo, span, event, &err);
+  }
+  if (rc == DEVBUF_OK && tmp) {
+    char *o = out->ptr;
+    gather(o, tmp - lo, ndim, shape, strides, itemsize, &o);
+  }
+  Py_END_ALLOW_THREADS
+  PyMem_RawFree(tmp);
+  if (rc != DEVBUF_OK) {
+    Py_DECREF(out);
+    return (DbpBuffer *)dbp_raise(&err);
+  }
+  return out;
+}
+
+static PyObject *buffer_to_host(DbpBuffer *self, PyObject *unused) {
+  if (check_alive(self) < 0) return NULL;
+  self->pins++;
+  DbpBuffer *out = dbp_buffer_download(&self->device->dev, self->host_readable, self->ptr,
+                                       self->nbytes, self->ndim, self->shape, self->strides,
+                                       self->format, self->itemsize, self->event);
+  self->pins--;
+  return (PyObject *)out;
+}
+
+PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target) {
+  if (check_alive(self) < 0) return NULL;
+  if (target->is_host && target->dev.backend == NULL) return buffer_to_host(self, NULL);
+  const devbuf_device *sdev = &self->device->dev;
+  if (self->kind == DBP_MEM_DEVICE && target->dev.backend == sdev->backend &&
+      target->dev.ordinal == sdev->ordinal) {
+    /* Same device: a device-to-device copy ordered after our event. */
+    DbpBuffer *out = dbp_buffer_new(target, self->ndim, self->shape, self->format,
+                                    self->itemsize, 0);
+    if (out == NULL) return NULL;
+    devbuf_error err;
+    int rc = DEVBUF_OK, async = dev_is_async(target);
+    void *ev = NULL;
+    devbuf_error_clear(&err);
+    self->pins++;
+    Py_BEGIN_ALLOW_THREADS
+    if (self->event) rc = devbuf_stream_wait_event(sdev, NULL, self->event, &err);
+    if (rc == DEVBUF_OK && self->nbytes)
+      rc = devbuf_copy_d2d(sdev, out->ptr, 0, self->ptr, 0, self->nbytes, NULL, &err);
+    if (rc == DEVBUF_OK && async) {
+      rc = devbuf_event_create(sdev, &ev, &err);
+      if (rc == DEVBUF_OK) rc = devbuf_event_record(sdev, ev, NULL, &err);
+    } else if (rc == DEVBUF_OK) {
+      rc = devbuf_stream_synchronize(sdev, NULL, &err);
+    }
+    Py_END_ALLOW_THREADS
+    self->pins--;
+    if (rc != DEVBUF_OK) {
+      if (ev) devbuf_event_destroy(sdev, ev, NULL);
+      Py_DECREF(out);
+      return dbp_raise(&err);
+    }
+    out->event = ev;
+    return (PyObject *)out;
+  }
+  /* Elsewhere: through the host. */
+  DbpBuffer *host = (DbpBuffer *)buffer_to_host(self, NULL);
+  if (host == NULL) return NULL;
+  if (target->is_host) return (PyObject *)host;
+  Py_buffer hv;
+  if (PyObject_GetBuffer((PyObject *)host, &hv, PyBUF_FULL_RO) < 0) {
+    Py_DECREF(host);
+    return NULL;
+  }
+  DbpBuffer *out = dbp_buffer_from_pybuffer(target, &hv, 0);
+  PyBuffer_Release(&hv);
+  Py_DECREF(host);
+  return (PyObject *)out;
+}
+
+/* ---- the buffer protocol ------------------------------------------------------------ */
+
+static int export_device_info(DbpBuffer *self) {
+  devbuf_error err;
+  size_t size = 0;
+  uint32_t flags = 0;
+  devbuf_error_clear(&err);
+  if (self->readonly) flags |= DEVBUF_DEVICE_INFO_READONLY;
+  if (self->host_readable) flags |= DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
+  if (devbuf_device_info_export(&self->device->dev, self->event, NULL, flags, &self->info,
+                                sizeof self->info, &size, &err) != DEVBUF_OK)
+    return dbp_fail(&err);
+  self->info_ready = 1;
+  return 0;
+}
+
+static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
+  if (self->freed) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceBuffer: the memory was freed");
+    return -1;
+  }
+  if ((flags & PyBUF_WRITABLE) && self->readonly) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceBuffer is read-only");
+    return -1;
+  }
+  int device_export = (flags & PyBUF_DEVICE) && !self->device->is_host;
+  if (!device_export) {
+    if (!self->host_readable) {
+      PyErr_Format(PyExc_BufferError,
+                   "devbuf.DeviceBuffer on %U is device memory the host cannot read: request it "
+                   "with the PyBUF_DEVICE flag (devbuf.view(obj) does), or copy it to the host "
+                   "with .to_host()", self->device->spec);
+      return -1;
+    }
+    if (self->event || self->staging) {
+      /* The host is about to read: the upload must have landed. */
+      devbuf_error err;
+      int rc;
+      devbuf_error_clear(&err);
+      self->pins++;
+      DBP_NOGIL(rc = settle_nogil(self, &err));
+      self->pins--;
+      if (rc == DEVBUF_OK && self->event) {
+        DBP_NOGIL(rc = devbuf_event_synchronize(&self->device->dev, self->event, &err));
+      }
+      if (rc != DEVBUF_OK) return dbp_fail(&err);
+    }
+  } else if (!self->info_ready && export_device_info(self) < 0) {
+    return -1;
+  }
+  /* Always C-contiguous, so every contiguity request is met except
+   * Fortran order of a genuinely 2+-D array. */
+  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && self->ndim > 1) {
+    int dims = 0;
+    for (int i = 0; i < self->ndim; i++) dims += self->shape[i] > 1;
+    if (dims > 1) {
+      PyErr_SetString(PyExc_BufferError, "devbuf.DeviceBuffer is C-contiguous, not Fortran");
+      return -1;
+    }
+  }
+  view->buf = self->ptr;
+  view->obj = (PyObject *)self;
+  Py_INCREF(self);
+  view->len = (Py_ssize_t)self->nbytes;
+  view->itemsize = self->itemsize;
+  view->readonly = self->readonly;
+  view->format = (flags & PyBUF_FORMAT) ? self->format : NULL;
+  if (flags & PyBUF_ND) {
+    view->ndim = self->ndim;
+    view->shape = self->shape;
+  } else {
+    view->ndim = 1;
+    view->shape = NULL;
+  }
+  view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  if (device_export)
+    DevbufPy_BufferSetDevice(view, flags, self->device->dev.identifier, &self->info);
+  self->exports++;
+  return 0;
+}
+
+static void buffer_releasebuffer(DbpBuffer *self, Py_buffer *view) {
+  /* As bytearray: count down, never touch view->obj (the caller decrefs). */
+  self->exports--;
+}
+
+static PyBufferProcs buffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)buffer_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)buffer_releasebuffer,
+};
+
+/* ---- methods ------------------------------------------------------------------------ */
+
+static PyObject *buffer_free(DbpBuffer *self, PyObject *unused) {
+  if (self->freed) Py_RETURN_NONE;
+  if (self->exports > 0 || self->pins > 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "cannot free a devbuf.DeviceBuffer while it is exported (%zd live export%s%s): "
+                 "release the views and memoryviews of it first",
+                 self->exports + self->pins, self->exports + self->pins == 1 ? "" : "s",
+                 self->pins ? ", or an operation is still running on it" : "");
+    return NULL;
+  }
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (release_memory(self, &err) != DEVBUF_OK) return dbp_raise(&err);
+  Py_RETURN_NONE;
+}
+
+static PyObject *buffer_synchronize(DbpBuffer *self, PyObject *unused) {
+  if (check_alive(self) < 0) return NULL;
+  devbuf_error err;
+  int rc = DEVBUF_OK;
+  devbuf_error_clear(&err);
+  self->pins++;
+  Py_BEGIN_ALLOW_THREADS
+  rc = settle_nogil(self, &err);
+  if (rc == DEVBUF_OK && self->event)
+    rc = devbuf_event_synchronize(&self->device->dev, self->event, &err);
+  Py_END_ALLOW_THREADS
+  self->pins--;
+  if (rc != DEVBUF_OK) return dbp_raise(&err);
+  Py_RETURN_NONE;
+}
+
+static PyObject *buffer_copy_to_m(DbpBuffer *self, PyObject *arg) {
+  DbpDevice *d = dbp_device_get(arg);
+  if (d == NULL) return NULL;
+  PyObject *out = dbp_buffer_copy_to(self, d);
+  Py_DECREF(d);
+  return out;
+}
+
+static PyObject *buffer_enter(DbpBuffer *self, PyObject *unused) {
+  if (check_alive(self) < 0) return NULL;
+  return Py_NewRef(self);
+}
+
+static PyObject *buffer_exit(DbpBuffer *self, PyObject *args) { return buffer_free(self, NULL); }
+
+static PyMethodDef buffer_methods[] = {
+    {"to_host", (PyCFunction)buffer_to_host, METH_NOARGS,
+     "to_host() -> DeviceBuffer on the host: a copy, after waiting for pending work. "
+     "memoryview() and numpy.asarray() accept the result."},
+    {"copy_to", (PyCFunction)buffer_copy_to_m, METH_O,
+     "copy_to(device) -> DeviceBuffer: a copy on `device` (Device, 'id' or 'id:N')."},
+    {"free", (PyCFunction)buffer_free, METH_NOARGS,
+     "Give the memory back now. BufferError while exported; later use raises ValueError."},
+    {"synchronize", (PyCFunction)buffer_synchronize, METH_NOARGS,
+     "Block until the work that produced the contents has finished."},
+    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyObject *get_device(DbpBuffer *self, void *c) { return Py_NewRef(self->device); }
+static PyObject *get_shape(DbpBuffer *self, void *c) {
+  return dbp_tuple_from_ssize(self->ndim, self->shape);
+}
+static PyObject *get_strides(DbpBuffer *self, void *c) {
+  return dbp_tuple_from_ssize(self->ndim, self->strides);
+}
+static PyObject *get_format(DbpBuffer *self, void *c) { return PyUnicode_FromString(self->format); }
+static PyObject *get_itemsize(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->itemsize); }
+static PyObject *get_ndim(DbpBuffer *self, void *c) { return PyLong_FromLong(self->ndim); }
+static PyObject *get_nbytes(DbpBuffer *self, void *c) { return PyLong_FromSize_t(self->nbytes); }
+static PyObject *get_readonly(DbpBuffer *self, void *c) { return PyBool_FromLong(self->readonly); }
+static PyObject *get_freed(DbpBuffer *self, void *c) { return PyBool_FromLong(self->freed); }
+static PyObject *get_exports(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->exports); }
+static PyObject *get_ptr(DbpBuffer *self, void *c) {
+  if (check_alive(self) < 0) return NULL;
+  return PyLong_FromVoidPtr(self->ptr);
+}
+static PyObject *get_event(DbpBuffer *self, void *c) {
+  if (self->event == NULL) Py_RETURN_NONE;
+  return PyLong_FromVoidPtr(self->event);
+}
+
+static PyGetSetDef buffer_getset[] = {
+    {"device", (getter)get_device, NULL, "the Device the memory is on", NULL},
+    {"shape", (getter)get_shape, NULL, "tuple of dimensions", NULL},
+    {"strides", (getter)get_strides, NULL, "tuple of byte strides (C order)", NULL},
+    {"format", (getter)get_format, NULL, "the item's buffer-protocol format string", NULL},
+    {"itemsize", (getter)get_itemsize, NULL, "bytes per item", NULL},
+    {"ndim", (getter)get_ndim, NULL, "number of dimensions", NULL},
+    {"nbytes", (getter)get_nbytes, NULL, "size in bytes", NULL},
+    {"readonly", (getter)get_readonly, NULL, "True if exports refuse PyBUF_WRITABLE", NULL},
+    {"freed", (getter)get_freed, NULL, "True once free() gave the memory back", NULL},
+    {"exports", (getter)get_exports, NULL, "number of live buffer exports", NULL},
+    {"ptr", (getter)get_ptr, NULL, "the device pointer, as an int", NULL},
+    {"event", (getter)get_event, NULL,
+     "the producer event readers wait on (an int handle), or None when the data is ready", NULL},
+    {NULL},
+};
+
+static PyObject *buffer_repr(DbpBuffer *self) {
+  PyObject *shape = get_shape(self, NULL);
+  if (shape == NULL) return NULL;
+  PyObject *r = PyUnicode_FromFormat("<devbuf.DeviceBuffer %U shape=%R format='%s' nbytes=%zu%s>",
+                                     self->device->spec, shape, self->format, self->nbytes,
+                                     self->freed ? " freed" : "");
+  Py_DECREF(shape);
+  return r;
+}
+
+static void buffer_dealloc(DbpBuffer *self) {
+  if (self->weakreflist) PyObject_ClearWeakRefs((PyObject *)self);
+  if (!self->freed && self->device) {
+    devbuf_error err;
+    devbuf_error_clear(&err);
+    if (release_memory(self, &err) != DEVBUF_OK) {
+      /* Cannot raise from a destructor: report, as CPython does. */
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      dbp_raise(&err);
+      PyErr_WriteUnraisable((PyObject *)self);
+      PyErr_Restore(t, v, tb);
+    }
+  }
+  PyMem_Free(self->shape);
+  PyMem_Free(self->format);
+  Py_XDECREF(self->device);
+  PyObject_Free(self);
+}
+
+PyTypeObject DbpBuffer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.DeviceBuffer",
+    .tp_basicsize = sizeof(DbpBuffer),
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_repr = (reprfunc)buffer_repr,
+    .tp_as_buffer = &buffer_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory on a device, owned by devbuf. Make one with devbuf.empty() or "
+              "devbuf.from_host(). Exports the extended buffer protocol (PyBUF_DEVICE).",
+    .tp_weaklistoffset = offsetof(DbpBuffer, weakreflist),
+    .tp_methods = buffer_methods,
+    .tp_getset = buffer_getset,
+};
+
+/* ---- module functions --------------------------------------------------------------- */
+
+static int parse_shape(PyObject *arg, Py_ssize_t *shape, int *ndim) {
+  if (PyLong_Check(arg)) {
+    shape[0] = PyLong_AsSsize_t(arg);
+    if (shape[0] == -1 && PyErr_Occurred()) return -1;
+    *ndim = 1;
+    return 0;
+  }
+  PyObject *seq = PySequence_Fast(arg, "shape must be an int or a sequence of ints");
+  if (seq == NULL) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > PyBUF_MAX_NDIM) {
+    Py_DECREF(seq);
+    PyErr_Format(PyExc_ValueError, "shape has %zd dimensions; at most %d", n, PyBUF_MAX_NDIM);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    shape[i] = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i), PyExc_OverflowError);
+    if (shape[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
+  *ndim = (int)n;
+  return 0;
+}
+
+PyObject *dbp_empty(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"shape", "format", "device", "readonly", NULL};
+  PyObject *shape_arg, *device_arg = Py_None;
+  const char *format = "B";
+  int readonly = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|sO$p:empty", kwlist, &shape_arg, &format,
+                                   &device_arg, &readonly))
+    return NULL;
+  Py_ssize_t shape[PyBUF_MAX_NDIM];
+  int ndim = 0;
+  Py_ssize_t itemsize = 0;
+  if (parse_shape(shape_arg, shape, &ndim) < 0) return NULL;
+  if (dbp_format_itemsize(format, &itemsize) < 0) return NULL;
+  DbpDevice *d = dbp_device_get(device_arg);
+  if (d == NULL) return NULL;
+  DbpBuffer *b = dbp_buffer_new(d, ndim, shape, format, itemsize, readonly);
+  Py_DECREF(d);
+  return (PyObject *)b;
+}
+
+PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"obj", "device", "readonly", NULL};
+  PyObject *obj, *device_arg = Py_None;
+  int readonly = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$p:from_host", kwlist, &obj, &device_arg,
+                                   &readonly))
+    return NULL;
+  DbpDevice *d = dbp_device_get(device_arg);
+  if (d == NULL) return NULL;
+  Py_buffer src;
+  if (PyObject_GetBuffer(obj, &src, PyBUF_FULL_RO) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  DbpBuffer *b = dbp_buffer_from_pybuffer(d, &src, readonly);
+  PyBuffer_Release(&src);
+  Py_DECREF(d);
+  return (PyObject *)b;
+}
+
+int dbp_buffer_init(PyObject *module) {
+  if (PyType_Ready(&DbpBuffer_Type) < 0) return -1;
+  if (DevbufPy_SetBufferSupportedFlags(&DbpBuffer_Type,
+                                       PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+    return -1;
+  return PyModule_AddObjectRef(module, "DeviceBuffer", (PyObject *)&DbpBuffer_Type);
+}

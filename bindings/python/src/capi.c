@@ -1,0 +1,178 @@
+/* capi.c: the table behind the `devbuf._devbuf._C_API` capsule (layout and
+ * rules in include/devbuf_capi.h). The table is static and filled once, at
+ * module init. */
+#include "dbp.h"
+
+#include "devbuf/format.h"
+#include "devbuf_capi.h"
+
+static int capi_get_buffer_ex(PyObject *obj, DevbufPy_buffer_ext *view, int flags) {
+  return DevbufPy_GetBufferEx(obj, view, flags);
+}
+
+static int capi_check_supports(PyObject *obj, int flags) {
+  return DevbufPy_CheckBufferSupports(obj, flags);
+}
+
+static PyObject *capi_device_get(PyObject *spec) { return (PyObject *)dbp_device_get(spec); }
+
+static int capi_device_as_devbuf(PyObject *device, devbuf_device *out) {
+  if (!PyObject_TypeCheck(device, &DbpDevice_Type)) {
+    PyErr_Format(PyExc_TypeError, "expected a devbuf.Device, not %.100s", Py_TYPE(device)->tp_name);
+    return -1;
+  }
+  *out = ((DbpDevice *)device)->dev;
+  return 0;
+}
+
+static DbpView *as_view(PyObject *v) {
+  if (!PyObject_TypeCheck(v, &DbpView_Type)) {
+    PyErr_Format(PyExc_TypeError, "expected a devbuf.DeviceView, not %.100s", Py_TYPE(v)->tp_name);
+    return NULL;
+  }
+  return (DbpView *)v;
+}
+
+static PyObject *capi_view_from_object(PyObject *obj, int flags) {
+  return (PyObject *)dbp_view_new(obj, flags & PyBUF_WRITABLE);
+}
+
+static int capi_view_get_info(PyObject *view, DevbufPy_ViewInfo *out) {
+  DbpView *v = as_view(view);
+  if (v == NULL) return -1;
+  if (out == NULL || out->struct_size < offsetof(DevbufPy_ViewInfo, buffer) + sizeof(void *)) {
+    PyErr_SetString(PyExc_ValueError, "DevbufPy_ViewInfo: struct_size not set or too small");
+    return -1;
+  }
+  if (dbp_view_resolve(v) < 0) return -1;
+  const Py_buffer *b = &v->buf.view;
+  DevbufPy_ViewInfo info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = out->struct_size < sizeof info ? out->struct_size : sizeof info;
+  info.ptr = b->buf;
+  info.nbytes = b->len;
+  info.itemsize = b->itemsize;
+  info.ndim = b->ndim;
+  info.readonly = b->readonly;
+  info.shape = b->shape;
+  info.strides = b->strides;
+  info.format = b->format ? b->format : "B";
+  info.device = v->is_device ? v->buf.device : NULL;
+  info.device_info = v->is_device ? v->buf.device_info : NULL;
+  info.is_device = v->is_device;
+  info.host_accessible = !v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE);
+  info.dev = v->dev;
+  info.event = v->is_device ? v->desc.event : NULL;
+  info.stream = v->is_device ? v->desc.stream : NULL;
+  info.buffer = &v->buf;
+  memcpy(out, &info, info.struct_size);
+  return 0;
+}
+
+static int capi_view_synchronize(PyObject *view) {
+  DbpView *v = as_view(view);
+  return v ? dbp_view_synchronize(v) : -1;
+}
+
+static int capi_view_release(PyObject *view) {
+  DbpView *v = as_view(view);
+  return v ? dbp_view_release(v) : -1;
+}
+
+static PyObject *capi_view_to_host(PyObject *view) {
+  DbpView *v = as_view(view);
+  return v ? dbp_view_to_host(v) : NULL;
+}
+
+static PyObject *capi_buffer_empty(PyObject *shape, const char *format, PyObject *device) {
+  PyObject *args = Py_BuildValue("(OsO)", shape, format ? format : "B", device ? device : Py_None);
+  if (args == NULL) return NULL;
+  PyObject *r = dbp_empty(NULL, args, NULL);
+  Py_DECREF(args);
+  return r;
+}
+
+static PyObject *capi_buffer_from_host(PyObject *obj, PyObject *device) {
+  PyObject *args = Py_BuildValue("(OO)", obj, device ? device : Py_None);
+  if (args == NULL) return NULL;
+  PyObject *r = dbp_from_host(NULL, args, NULL);
+  Py_DECREF(args);
+  return r;
+}
+
+static PyObject *capi_buffer_copy_to(PyObject *buffer, PyObject *device) {
+  if (!PyObject_TypeCheck(buffer, &DbpBuffer_Type)) {
+    PyErr_Format(PyExc_TypeError, "expected a devbuf.DeviceBuffer, not %.100s",
+                 Py_TYPE(buffer)->tp_name);
+    return NULL;
+  }
+  DbpDevice *d = dbp_device_get(device);
+  if (d == NULL) return NULL;
+  PyObject *r = dbp_buffer_copy_to((DbpBuffer *)buffer, d);
+  Py_DECREF(d);
+  return r;
+}
+
+static PyObject *capi_set_error(const devbuf_error *err) { return dbp_raise(err); }
+
+static DevbufPy_CAPI g_capi;
+
+int dbp_capi_init(PyObject *module) {
+  DevbufPy_CAPI *c = &g_capi;
+  memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
+  c->version_major = DEVBUFPY_CAPI_VERSION_MAJOR;
+  c->version_minor = DEVBUFPY_CAPI_VERSION_MINOR;
+  c->Device_Type = &DbpDevice_Type;
+  c->DeviceBuffer_Type = &DbpBuffer_Type;
+  c->DeviceView_Type = &DbpView_Type;
+  c->Error = dbp_Error;
+  c->PluginError = dbp_PluginError;
+  c->FormatError = dbp_FormatError;
+  c->GetBufferEx = capi_get_buffer_ex;
+  c->CheckBufferSupports = capi_check_supports;
+  c->Device_Get = capi_device_get;
+  c->Device_AsDevbuf = capi_device_as_devbuf;
+  c->View_FromObject = capi_view_from_object;
+  c->View_GetInfo = capi_view_get_info;
+  c->View_Synchronize = capi_view_synchronize;
+  c->View_Release = capi_view_release;
+  c->View_ToHost = capi_view_to_host;
+  c->Buffer_Empty = capi_buffer_empty;
+  c->Buffer_FromHost = capi_buffer_from_host;
+  c->Buffer_CopyTo = capi_buffer_copy_to;
+  c->SetError = capi_set_error;
+  c->rt_device_open = devbuf_device_open;
+  c->rt_device_props_get = devbuf_device_props_get;
+  c->rt_identifier_lookup = devbuf_identifier_lookup;
+  c->rt_mem_alloc = devbuf_mem_alloc;
+  c->rt_mem_free = devbuf_mem_free;
+  c->rt_stream_create = devbuf_stream_create;
+  c->rt_stream_destroy = devbuf_stream_destroy;
+  c->rt_stream_synchronize = devbuf_stream_synchronize;
+  c->rt_event_create = devbuf_event_create;
+  c->rt_event_destroy = devbuf_event_destroy;
+  c->rt_event_record = devbuf_event_record;
+  c->rt_stream_wait_event = devbuf_stream_wait_event;
+  c->rt_event_synchronize = devbuf_event_synchronize;
+  c->rt_event_query = devbuf_event_query;
+  c->rt_copy_h2d = devbuf_copy_h2d;
+  c->rt_copy_d2h = devbuf_copy_d2h;
+  c->rt_copy_d2d = devbuf_copy_d2d;
+  c->rt_copy_to_host_sync = devbuf_copy_to_host_sync;
+  c->rt_copy_from_host_sync = devbuf_copy_from_host_sync;
+  c->rt_device_info_export = devbuf_device_info_export;
+  c->rt_device_info_import = devbuf_device_info_import;
+  c->fmt_parse = devbuf_format_parse;
+  c->fmt_release = devbuf_format_release;
+  c->fmt_itemsize = devbuf_format_itemsize;
+  c->dtype_register = devbuf_dtype_register;
+  c->dtype_unregister = devbuf_dtype_unregister;
+  c->dtype_lookup = devbuf_dtype_lookup;
+  c->dtype_interpret = devbuf_dtype_interpret;
+  PyObject *cap = PyCapsule_New(c, DEVBUFPY_CAPI_NAME, NULL);
+  if (cap == NULL) return -1;
+  int rc = PyModule_AddObjectRef(module, "_C_API", cap);
+  Py_DECREF(cap);
+  return rc;
+}

@@ -1,0 +1,164 @@
+/* dbp.h: what the files of devbuf._devbuf share. Not installed.
+ *
+ * One file per type (device.c, buffer.c, view.c), plus errors.c (the
+ * exception hierarchy), format.c (the format engine and Python dtype
+ * namespaces), capi.c (the _C_API capsule) and module.c (module functions
+ * and init). Internal symbols are prefixed dbp_ and have hidden visibility
+ * (the extension is built with -fvisibility=hidden; only PyInit__devbuf is
+ * exported). See bindings/python/README.md. */
+#ifndef DBP_H
+#define DBP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "devbuf/runtime.h"
+#include "devbuf_buffer.h"
+
+/* ---- errors.c ------------------------------------------------------------ */
+extern PyObject *dbp_Error;             /* devbuf.Error (Exception) */
+extern PyObject *dbp_PluginError;       /* devbuf.PluginError (Error) */
+extern PyObject *dbp_FormatError;       /* devbuf.FormatError (Error, ValueError) */
+extern PyObject *dbp_OutOfMemoryError;  /* devbuf.OutOfMemoryError (PluginError, MemoryError) */
+int dbp_errors_init(PyObject *module);
+/* Raise the exception that matches err->code with err's message; returns NULL
+ * (or -1 through dbp_fail) so callers can `return dbp_raise(&err);`. */
+PyObject *dbp_raise(const devbuf_error *err);
+int dbp_fail(const devbuf_error *err);
+/* FormatError with .offset and .format set. */
+PyObject *dbp_raise_format(const char *fmt, size_t len, size_t offset, const devbuf_error *err);
+
+/* ---- device.c ---------------------------------------------------------------- */
+typedef struct DbpDevice {
+  PyObject_HEAD
+  devbuf_device dev;       /* dev.backend is NULL for the built-in host device */
+  PyObject *spec;          /* "identifier:N" */
+  uint32_t props_flags;    /* DEVBUF_DEVICE_* */
+  int is_host;             /* "cpu": plain host memory semantics */
+  size_t plugin_index;     /* (size_t)-1 for the built-in host device */
+} DbpDevice;
+
+extern PyTypeObject DbpDevice_Type;
+int dbp_device_init(PyObject *module);
+/* Device, "identifier" or "identifier:N" -> new reference to the (cached)
+ * Device. NULL with an exception. `arg` None gives the host device. */
+DbpDevice *dbp_device_get(PyObject *arg);
+/* The host ("cpu:0") device: the cpu plugin's when loaded, else a built-in
+ * stand-in without a backend. Borrowed reference. */
+DbpDevice *dbp_device_host(void);
+/* Device for an opened runtime device. New reference. */
+DbpDevice *dbp_device_from_devbuf(const devbuf_device *dev);
+PyObject *dbp_devices(PyObject *self, PyObject *unused);
+PyObject *dbp_device_func(PyObject *self, PyObject *arg);
+
+/* ---- buffer.c ---------------------------------------------------------------- */
+enum dbp_mem_kind {
+  DBP_MEM_DEVICE = 0,  /* devbuf_mem_alloc on `device` */
+  DBP_MEM_HOST = 1     /* host memory of the bindings (aligned_alloc), device is the host */
+};
+
+typedef struct DbpBuffer {
+  PyObject_HEAD
+  DbpDevice *device;       /* strong reference */
+  void *ptr;               /* NULL once freed */
+  size_t nbytes;
+  int kind;                /* enum dbp_mem_kind */
+  int ndim;
+  int readonly;
+  int host_readable;       /* the host may dereference ptr */
+  int freed;
+  int info_ready;          /* `info` holds the exported device_info */
+  Py_ssize_t itemsize;
+  Py_ssize_t *shape;       /* ndim entries, then ndim strides (one PyMem block) */
+  Py_ssize_t *strides;
+  char *format;            /* PyMem copy, NUL-terminated */
+  Py_ssize_t exports;      /* live buffer exports (bf_getbuffer minus bf_releasebuffer) */
+  Py_ssize_t pins;         /* operations running with the GIL released */
+  void *event;             /* the data is ready once this completes; owned; NULL = ready */
+  void *staging;           /* host staging memory in flight until `event` completes */
+  union {                  /* device_info handed to consumers; lives as long as the buffer */
+    devbuf_device_info info;
+    uint64_t raw[32];
+  } info;
+  PyObject *weakreflist;
+} DbpBuffer;
+
+extern PyTypeObject DbpBuffer_Type;
+int dbp_buffer_init(PyObject *module);
+/* New buffer of `shape` items of `format` on `device`, uninitialised. */
+DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
+                          const char *format, Py_ssize_t itemsize, int readonly);
+/* Copy a host Py_buffer into a new buffer on `device` (asynchronously when
+ * the device is). */
+DbpBuffer *dbp_buffer_from_pybuffer(DbpDevice *device, Py_buffer *src, int readonly);
+/* Host copy of `nbytes` at device `ptr` (+offset) described by the given
+ * layout, honouring `event` first. Works without a DeviceBuffer (views). */
+DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, const void *ptr,
+                               size_t nbytes, int ndim, const Py_ssize_t *shape,
+                               const Py_ssize_t *strides, const char *format,
+                               Py_ssize_t itemsize, void *event);
+PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target);
+PyObject *dbp_empty(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* ---- view.c --------------------------------------------------------------------- */
+typedef struct DbpView {
+  PyObject_HEAD
+  DevbufPy_buffer_ext buf; /* the held export */
+  int released;
+  int resolved;            /* `dev`/`desc` filled from device_info (device buffers) */
+  int is_device;           /* DevbufPy_BufferIsDevice(&buf) */
+  Py_ssize_t exports;      /* re-exports of this view */
+  Py_ssize_t pins;         /* operations running with the GIL released */
+  devbuf_device dev;
+  devbuf_device_info_desc desc;
+  PyObject *device_obj;    /* cached Device */
+  PyObject *dtype_obj;     /* cached parsed format */
+  PyObject *weakreflist;
+} DbpView;
+
+extern PyTypeObject DbpView_Type;
+int dbp_view_init(PyObject *module);
+/* devbuf.view(obj): new DeviceView; `flags` adds request flags
+ * (PyBUF_WRITABLE). */
+DbpView *dbp_view_new(PyObject *obj, int flags);
+PyObject *dbp_view_func(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames);
+/* Import the producer's device_info (once); 0 or -1 with an exception. */
+int dbp_view_resolve(DbpView *v);
+int dbp_view_release(DbpView *v);
+int dbp_view_synchronize(DbpView *v);
+PyObject *dbp_view_to_host(DbpView *v);
+
+/* ---- format.c ------------------------------------------------------------------- */
+int dbp_format_init(PyObject *module);
+/* Item size of a format string; -1 with FormatError (or another exception). */
+int dbp_format_itemsize(const char *fmt, Py_ssize_t *itemsize);
+/* The parsed description of `fmt` as Python objects (see devbuf/_format.py). */
+PyObject *dbp_format_describe(const char *fmt, Py_ssize_t len);
+PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *dbp_register_dtype_namespace(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *dbp_unregister_dtype_namespace(PyObject *self, PyObject *arg);
+PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused);
+
+/* ---- capi.c ----------------------------------------------------------------------- */
+int dbp_capi_init(PyObject *module);
+
+/* ---- helpers ---------------------------------------------------------------------- */
+/* C-contiguous strides for shape into `strides`; returns total items or -1
+ * on overflow. */
+Py_ssize_t dbp_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
+                         Py_ssize_t *strides);
+/* (a, b, ...) from n Py_ssize_t values. */
+PyObject *dbp_tuple_from_ssize(int n, const Py_ssize_t *v);
+/* Call `fn(args)` with the GIL released: small macro to keep sites short. */
+#define DBP_NOGIL(stmt)      \
+  do {                       \
+    Py_BEGIN_ALLOW_THREADS   \
+    stmt;                    \
+    Py_END_ALLOW_THREADS     \
+  } while (0)
+
+#endif /* DBP_H */

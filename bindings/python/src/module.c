@@ -1,0 +1,236 @@
+/* module.c: devbuf._devbuf, the CPython extension behind the devbuf package.
+ * Module-level functions that belong to no type, and module init. */
+#include "dbp.h"
+
+#include <string.h>
+
+/* ---- plugins ------------------------------------------------------------------------- */
+
+static const char *state_name(int s) {
+  switch (s) {
+    case DEVBUF_PLUGIN_LOADED: return "loaded";
+    case DEVBUF_PLUGIN_FAILED: return "failed";
+    case DEVBUF_PLUGIN_UNREGISTERED: return "unregistered";
+    default: return "unknown";
+  }
+}
+
+/* One plugin record as a dict (devbuf/_plugins.py wraps it). Probing the
+ * device count may initialise the plugin's driver: that is what a listing
+ * is for. */
+static PyObject *plugin_dict(size_t index) {
+  devbuf_plugin_info info;
+  devbuf_error err;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  devbuf_error_clear(&err);
+  if (devbuf_plugin_info_get(index, &info, &err) != DEVBUF_OK) return dbp_raise(&err);
+  PyObject *ids = PyList_New(0);
+  if (ids == NULL) return NULL;
+  for (const char *const *p = info.identifiers; p && *p; p++) {
+    PyObject *s = PyUnicode_FromString(*p);
+    if (s == NULL || PyList_Append(ids, s) < 0) {
+      Py_XDECREF(s);
+      Py_DECREF(ids);
+      return NULL;
+    }
+    Py_DECREF(s);
+  }
+  int count = 0;
+  PyObject *why = Py_NewRef(Py_None);
+  if (info.state == DEVBUF_PLUGIN_LOADED) {
+    devbuf_error_clear(&err);
+    int rc;
+    DBP_NOGIL(rc = devbuf_plugin_device_count(index, &count, &err));
+    if (rc != DEVBUF_OK) {
+      Py_DECREF(why);
+      why = PyUnicode_FromString(err.message);
+      if (why == NULL) {
+        Py_DECREF(ids);
+        return NULL;
+      }
+    }
+  }
+  return Py_BuildValue("{s:n,s:s,s:z,s:z,s:z,s:z,s:z,s:(HH),s:z,s:s,s:N,s:i,s:N}", "index",
+                       (Py_ssize_t)index, "state", state_name(info.state), "name", info.name,
+                       "version", info.version, "description", info.description, "path",
+                       info.path, "source", info.source, "abi", info.abi_major, info.abi_minor,
+                       "reason", info.reason, "error", devbuf_status_name(info.error_code),
+                       "identifiers", ids, "device_count", count, "device_error", why);
+}
+
+static PyObject *m_plugins(PyObject *self, PyObject *unused) {
+  size_t n = devbuf_plugin_count();
+  PyObject *out = PyList_New(0);
+  if (out == NULL) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    PyObject *d = plugin_dict(i);
+    if (d == NULL || PyList_Append(out, d) < 0) {
+      Py_XDECREF(d);
+      Py_DECREF(out);
+      return NULL;
+    }
+    Py_DECREF(d);
+  }
+  return out;
+}
+
+static PyObject *m_load_plugin(PyObject *self, PyObject *arg) {
+  PyObject *bytes = NULL;
+  if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
+  devbuf_error err;
+  size_t index = (size_t)-1;
+  int rc;
+  const char *path = PyBytes_AS_STRING(bytes);
+  devbuf_error_clear(&err);
+  DBP_NOGIL(rc = devbuf_plugin_load(path, &index, &err));
+  Py_DECREF(bytes);
+  if (rc != DEVBUF_OK) return dbp_raise(&err);
+  return plugin_dict(index);
+}
+
+/* Index of the plugin named `name` (or given as an int index). */
+static int plugin_index(PyObject *arg, size_t *index) {
+  if (PyLong_Check(arg)) {
+    *index = PyLong_AsSize_t(arg);
+    return *index == (size_t)-1 && PyErr_Occurred() ? -1 : 0;
+  }
+  const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+  if (name == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "plugin must be a name or an index");
+    return -1;
+  }
+  size_t n = devbuf_plugin_count(), found = (size_t)-1;
+  for (size_t i = 0; i < n; i++) {
+    devbuf_plugin_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    if (devbuf_plugin_info_get(i, &info, NULL) != DEVBUF_OK) continue;
+    /* The newest loaded record of that name wins. */
+    if (info.name && strcmp(info.name, name) == 0 &&
+        (found == (size_t)-1 || info.state == DEVBUF_PLUGIN_LOADED))
+      found = i;
+  }
+  if (found == (size_t)-1) {
+    PyErr_Format(dbp_PluginError, "no plugin named '%s' (devbuf.plugins() lists them)", name);
+    return -1;
+  }
+  *index = found;
+  return 0;
+}
+
+static PyObject *m_plugin_stats(PyObject *self, PyObject *arg) {
+  size_t index;
+  if (plugin_index(arg, &index) < 0) return NULL;
+  devbuf_stats s;
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (devbuf_plugin_stats(index, &s, &err) != DEVBUF_OK) return dbp_raise(&err);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "live_allocations",
+                       (unsigned long long)s.live_allocations, "live_bytes",
+                       (unsigned long long)s.live_bytes, "total_allocations",
+                       (unsigned long long)s.total_allocations, "live_streams",
+                       (unsigned long long)s.live_streams, "live_events",
+                       (unsigned long long)s.live_events, "live_host_allocations",
+                       (unsigned long long)s.live_host_allocations);
+}
+
+static PyObject *m_search_path(PyObject *self, PyObject *unused) {
+  size_t n = devbuf_search_path_count();
+  PyObject *out = PyList_New(0);
+  if (out == NULL) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    const devbuf_search_entry *e = devbuf_search_path_get(i);
+    if (e == NULL) continue;
+    PyObject *d = Py_BuildValue("{s:s,s:s,s:O,s:O}", "path", e->path, "source", e->source,
+                                "exists", e->exists ? Py_True : Py_False, "is_file",
+                                e->is_file ? Py_True : Py_False);
+    if (d == NULL || PyList_Append(out, d) < 0) {
+      Py_XDECREF(d);
+      Py_DECREF(out);
+      return NULL;
+    }
+    Py_DECREF(d);
+  }
+  return out;
+}
+
+static PyObject *m_runtime_version(PyObject *self, PyObject *unused) {
+  int major = 0, minor = 0;
+  devbuf_abi_version(&major, &minor);
+  return Py_BuildValue("{s:s,s:(ii)}", "version", devbuf_version(), "abi", major, minor);
+}
+
+static PyObject *m_check_buffer_supports(PyObject *self, PyObject *args) {
+  PyObject *obj;
+  int flags;
+  if (!PyArg_ParseTuple(args, "Oi:check_buffer_supports", &obj, &flags)) return NULL;
+  int r = DevbufPy_CheckBufferSupports(obj, flags);
+  if (r < 0) return NULL;
+  return PyBool_FromLong(r);
+}
+
+static PyMethodDef module_methods[] = {
+    {"devices", dbp_devices, METH_NOARGS, "devices() -> list of every usable Device."},
+    {"device", dbp_device_func, METH_O,
+     "device(spec) -> Device for a Device, 'identifier' (ordinal 0) or 'identifier:N'."},
+    {"_plugins", m_plugins, METH_NOARGS, "Raw plugin records (see devbuf.plugins())."},
+    {"_load_plugin", m_load_plugin, METH_O, "Raw load (see devbuf.load_plugin())."},
+    {"plugin_stats", m_plugin_stats, METH_O,
+     "plugin_stats(name_or_index) -> dict of live allocations, bytes, streams, events and host "
+     "allocations made through the runtime (for leak checks)."},
+    {"search_path", m_search_path, METH_NOARGS, "The plugin search path the runtime used."},
+    {"runtime_version", m_runtime_version, METH_NOARGS, "libdevbuf's version and plugin ABI."},
+    {"check_buffer_supports", m_check_buffer_supports, METH_VARARGS,
+     "check_buffer_supports(obj, flags) -> bool: DevbufPy_CheckBufferSupports."},
+    {"empty", (PyCFunction)(void (*)(void))dbp_empty, METH_VARARGS | METH_KEYWORDS,
+     "empty(shape, format='B', device=None, *, readonly=False) -> DeviceBuffer, uninitialised."},
+    {"from_host", (PyCFunction)(void (*)(void))dbp_from_host, METH_VARARGS | METH_KEYWORDS,
+     "from_host(obj, device=None, *, readonly=False) -> DeviceBuffer with a copy of obj's "
+     "buffer (shape and format kept)."},
+    {"view", (PyCFunction)(void (*)(void))dbp_view_func, METH_FASTCALL | METH_KEYWORDS,
+     "view(obj, *, writable=False) -> DeviceView of any buffer exporter."},
+    {"_parse_format", (PyCFunction)(void (*)(void))dbp_parse_format,
+     METH_VARARGS | METH_KEYWORDS, "Raw parse (see devbuf.parse_format())."},
+    {"register_dtype_namespace", (PyCFunction)(void (*)(void))dbp_register_dtype_namespace,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_dtype_namespace(id, interpret, *, provider='python', description='')"},
+    {"unregister_dtype_namespace", dbp_unregister_dtype_namespace, METH_O,
+     "unregister_dtype_namespace(id): undo register_dtype_namespace."},
+    {"dtype_namespaces", dbp_dtype_namespaces, METH_NOARGS,
+     "dtype_namespaces() -> list of dicts (id, provider, description, source)."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "devbuf._devbuf",
+    .m_doc = "The C core of the devbuf package (use `import devbuf`).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__devbuf(void) {
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  PyObject *m = PyModule_Create(&module_def);
+  if (m == NULL) return NULL;
+  if (dbp_errors_init(m) < 0) goto fail;
+  if (devbuf_init(&err) != DEVBUF_OK) {
+    dbp_raise(&err);
+    goto fail;
+  }
+  if (dbp_device_init(m) < 0 || dbp_buffer_init(m) < 0 || dbp_view_init(m) < 0 ||
+      dbp_format_init(m) < 0 || dbp_capi_init(m) < 0)
+    goto fail;
+  if (PyModule_AddIntConstant(m, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
+      PyModule_AddIntConstant(m, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
+      PyModule_AddIntConstant(m, "PyBUF_CLASSIC_FLAGS", DEVBUFPY_BUF_CLASSIC_FLAGS) < 0 ||
+      PyModule_AddStringConstant(m, "SUPPORTED_FLAGS_ATTR", DEVBUFPY_SUPPORTED_FLAGS_ATTR) < 0 ||
+      PyModule_AddStringConstant(m, "__version__", devbuf_version()) < 0)
+    goto fail;
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}

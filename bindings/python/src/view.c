@@ -1,0 +1,468 @@
+/* view.c: devbuf.DeviceView, the consumer side.
+ *
+ * devbuf.view(obj) asks `obj` for an extended buffer (PyBUF_RECORDS_RO |
+ * PyBUF_DEVICE through DevbufPy_GetBufferEx) and holds it: the producer stays
+ * alive through view.obj, and the export is released exactly once (release(),
+ * __exit__, or deallocation, whichever comes first).
+ *
+ * Construction is the hot path (a consumer makes one per call), so it does
+ * only the buffer request: the identifier's device_info is imported (checked
+ * by its plugin, device opened) on first use of .device, .sync,
+ * .synchronize(), .to_host() or a plain re-export; the format is parsed on
+ * first use of .dtype.
+ *
+ * A DeviceView re-exports what it holds (as memoryview does), extended
+ * fields included when the request has PyBUF_DEVICE; it cannot be released
+ * while re-exported (BufferError), nor while a GIL-free operation runs on it. */
+#include "dbp.h"
+
+#include <string.h>
+
+#define VIEW_FLAGS (PyBUF_RECORDS_RO | PyBUF_DEVICE)
+
+static PyTypeObject *g_sync_type;
+
+static int check_alive(DbpView *v) {
+  if (v->released) {
+    PyErr_SetString(PyExc_ValueError, "operation forbidden on a released devbuf.DeviceView");
+    return -1;
+  }
+  return 0;
+}
+
+DbpView *dbp_view_new(PyObject *obj, int flags) {
+  DbpView *v = PyObject_GC_New(DbpView, &DbpView_Type);
+  if (v == NULL) return NULL;
+  v->released = 1; /* nothing held yet: dealloc must not release */
+  v->resolved = 0;
+  v->is_device = 0;
+  v->exports = 0;
+  v->pins = 0;
+  v->device_obj = NULL;
+  v->dtype_obj = NULL;
+  v->weakreflist = NULL;
+  if (DevbufPy_GetBufferEx(obj, &v->buf, VIEW_FLAGS | flags) < 0) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  v->released = 0;
+  v->is_device = DevbufPy_BufferIsDevice(&v->buf);
+  PyObject_GC_Track(v);
+  return v;
+}
+
+int dbp_view_resolve(DbpView *v) {
+  if (v->resolved) return 0;
+  if (check_alive(v) < 0) return -1;
+  if (v->is_device) {
+    devbuf_error err;
+    devbuf_error_clear(&err);
+    memset(&v->desc, 0, sizeof v->desc);
+    v->desc.struct_size = sizeof v->desc;
+    if (devbuf_device_info_import(v->buf.device, v->buf.device_info, &v->desc, &v->dev, &err) !=
+        DEVBUF_OK) {
+      devbuf_error_prefix(&err, "devbuf.DeviceView: the producer's device_info");
+      return dbp_fail(&err);
+    }
+  } else {
+    memset(&v->desc, 0, sizeof v->desc);
+    v->desc.flags = DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
+    DbpDevice *h = dbp_device_host();
+    if (h == NULL) return -1;
+    v->dev = h->dev;
+  }
+  v->resolved = 1;
+  return 0;
+}
+
+int dbp_view_release(DbpView *v) {
+  if (v->released) return 0;
+  if (v->exports > 0 || v->pins > 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "cannot release a devbuf.DeviceView while %zd export%s of it %s alive%s",
+                 v->exports, v->exports == 1 ? "" : "s", v->exports == 1 ? "is" : "are",
+                 v->pins ? " (or an operation still runs on it)" : "");
+    return -1;
+  }
+  v->released = 1; /* first: the producer's release may run arbitrary code */
+  DevbufPy_BufferRelease(&v->buf);
+  Py_CLEAR(v->device_obj);
+  Py_CLEAR(v->dtype_obj);
+  return 0;
+}
+
+int dbp_view_synchronize(DbpView *v) {
+  if (dbp_view_resolve(v) < 0) return -1;
+  if (v->desc.event == NULL) return 0;
+  devbuf_error err;
+  int rc;
+  devbuf_error_clear(&err);
+  v->pins++;
+  DBP_NOGIL(rc = devbuf_event_synchronize(&v->dev, v->desc.event, &err));
+  v->pins--;
+  return rc == DEVBUF_OK ? 0 : dbp_fail(&err);
+}
+
+PyObject *dbp_view_to_host(DbpView *v) {
+  if (dbp_view_resolve(v) < 0) return NULL;
+  const Py_buffer *b = &v->buf.view;
+  int host = !v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE);
+  v->pins++;
+  PyObject *out = (PyObject *)dbp_buffer_download(v->is_device ? &v->dev : NULL, host, b->buf,
+                                                  (size_t)b->len, b->shape ? b->ndim : 1,
+                                                  b->shape, b->strides, b->format, b->itemsize,
+                                                  v->is_device ? v->desc.event : NULL);
+  v->pins--;
+  return out;
+}
+
+/* ---- module function ------------------------------------------------------------------ */
+
+PyObject *dbp_view_func(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames) {
+  if (nargs == 1 && kwnames == NULL) return (PyObject *)dbp_view_new(args[0], 0);
+  static const char *const names[] = {"obj", "writable"};
+  PyObject *obj = NULL;
+  int writable = 0;
+  if (nargs > 1) {
+    PyErr_Format(PyExc_TypeError, "view() takes 1 positional argument, %zd given", nargs);
+    return NULL;
+  }
+  if (nargs == 1) obj = args[0];
+  Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nk; i++) {
+    PyObject *k = PyTuple_GET_ITEM(kwnames, i), *val = args[nargs + i];
+    if (PyUnicode_CompareWithASCIIString(k, names[0]) == 0 && obj == NULL) {
+      obj = val;
+    } else if (PyUnicode_CompareWithASCIIString(k, names[1]) == 0) {
+      writable = PyObject_IsTrue(val);
+      if (writable < 0) return NULL;
+    } else {
+      PyErr_Format(PyExc_TypeError, "view() got an unexpected keyword argument '%U'", k);
+      return NULL;
+    }
+  }
+  if (obj == NULL) {
+    PyErr_SetString(PyExc_TypeError, "view() missing required argument 'obj'");
+    return NULL;
+  }
+  return (PyObject *)dbp_view_new(obj, writable ? PyBUF_WRITABLE : 0);
+}
+
+/* ---- the buffer protocol (re-export) --------------------------------------------- */
+
+static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
+  if (check_alive(self) < 0) return -1;
+  const Py_buffer *b = &self->buf.view;
+  if ((flags & PyBUF_WRITABLE) && b->readonly) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is read-only");
+    return -1;
+  }
+  int device_export = self->is_device && (flags & PyBUF_DEVICE);
+  if (self->is_device && !device_export) {
+    if (dbp_view_resolve(self) < 0) return -1;
+    if (!(self->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE)) {
+      PyErr_Format(PyExc_BufferError,
+                   "devbuf.DeviceView of %s memory that the host cannot read: request it with "
+                   "the PyBUF_DEVICE flag (devbuf.view(obj) does), or copy it with .to_host()",
+                   self->buf.device);
+      return -1;
+    }
+    if (dbp_view_synchronize(self) < 0) return -1; /* the host is about to read */
+  }
+  if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && b->strides != NULL &&
+      !PyBuffer_IsContiguous(b, 'C')) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not C-contiguous");
+    return -1;
+  }
+  if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !PyBuffer_IsContiguous(b, 'C')) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not C-contiguous");
+    return -1;
+  }
+  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !PyBuffer_IsContiguous(b, 'F')) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not Fortran-contiguous");
+    return -1;
+  }
+  if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS && !PyBuffer_IsContiguous(b, 'A')) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not contiguous");
+    return -1;
+  }
+  *out = *b;
+  out->obj = (PyObject *)self;
+  Py_INCREF(self);
+  out->internal = NULL;
+  if (!(flags & PyBUF_FORMAT)) out->format = NULL;
+  if (!(flags & PyBUF_ND)) {
+    out->ndim = 1;
+    out->shape = NULL;
+  }
+  if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES) out->strides = NULL;
+  if (device_export) DevbufPy_BufferSetDevice(out, flags, self->buf.device, self->buf.device_info);
+  self->exports++;
+  return 0;
+}
+
+static void view_releasebuffer(DbpView *self, Py_buffer *view) { self->exports--; }
+
+static PyBufferProcs view_as_buffer = {
+    .bf_getbuffer = (getbufferproc)view_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)view_releasebuffer,
+};
+
+/* ---- attributes --------------------------------------------------------------------- */
+
+static PyObject *get_obj(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return Py_NewRef(v->buf.view.obj ? v->buf.view.obj : Py_None);
+}
+static PyObject *get_released(DbpView *v, void *c) { return PyBool_FromLong(v->released); }
+static PyObject *get_is_device(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyBool_FromLong(v->is_device);
+}
+static PyObject *get_identifier(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  if (!v->is_device) Py_RETURN_NONE;
+  return PyUnicode_FromString(v->buf.device);
+}
+static PyObject *get_device(DbpView *v, void *c) {
+  if (v->device_obj == NULL) {
+    if (dbp_view_resolve(v) < 0) return NULL;
+    if (v->is_device) v->device_obj = (PyObject *)dbp_device_from_devbuf(&v->dev);
+    else v->device_obj = Py_XNewRef((PyObject *)dbp_device_host());
+    if (v->device_obj == NULL) return NULL;
+  }
+  return Py_NewRef(v->device_obj);
+}
+static PyObject *get_host_accessible(DbpView *v, void *c) {
+  if (dbp_view_resolve(v) < 0) return NULL;
+  return PyBool_FromLong(!v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE));
+}
+static PyObject *get_ptr(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyLong_FromVoidPtr(v->buf.view.buf);
+}
+static PyObject *get_nbytes(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyLong_FromSsize_t(v->buf.view.len);
+}
+static PyObject *get_itemsize(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyLong_FromSsize_t(v->buf.view.itemsize);
+}
+static PyObject *get_ndim(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyLong_FromLong(v->buf.view.ndim);
+}
+static PyObject *get_readonly(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyBool_FromLong(v->buf.view.readonly);
+}
+static PyObject *get_format(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyUnicode_FromString(v->buf.view.format ? v->buf.view.format : "B");
+}
+static PyObject *get_shape(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  const Py_buffer *b = &v->buf.view;
+  if (b->shape == NULL) {
+    Py_ssize_t n = b->itemsize ? b->len / b->itemsize : b->len;
+    return dbp_tuple_from_ssize(b->ndim == 0 ? 0 : 1, &n);
+  }
+  return dbp_tuple_from_ssize(b->ndim, b->shape);
+}
+static PyObject *get_strides(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  const Py_buffer *b = &v->buf.view;
+  if (b->strides) return dbp_tuple_from_ssize(b->ndim, b->strides);
+  if (b->shape == NULL) return dbp_tuple_from_ssize(b->ndim == 0 ? 0 : 1, &b->itemsize);
+  Py_ssize_t st[PyBUF_MAX_NDIM];
+  dbp_c_strides(b->ndim, b->shape, b->itemsize, st);
+  return dbp_tuple_from_ssize(b->ndim, st);
+}
+static PyObject *get_c_contiguous(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  return PyBool_FromLong(PyBuffer_IsContiguous(&v->buf.view, 'C'));
+}
+static PyObject *get_device_info(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  if (!v->is_device || v->buf.device_info == NULL) Py_RETURN_NONE;
+  return PyLong_FromVoidPtr(v->buf.device_info);
+}
+static PyObject *get_sync(DbpView *v, void *c) {
+  if (dbp_view_resolve(v) < 0) return NULL;
+  if (!v->is_device || (v->desc.event == NULL && v->desc.stream == NULL)) Py_RETURN_NONE;
+  PyObject *s = PyStructSequence_New(g_sync_type);
+  if (s == NULL) return NULL;
+  PyObject *ev = v->desc.event ? PyLong_FromVoidPtr(v->desc.event) : Py_NewRef(Py_None);
+  PyObject *st = v->desc.stream ? PyLong_FromVoidPtr(v->desc.stream) : Py_NewRef(Py_None);
+  PyObject *id = PyUnicode_FromString(v->buf.device);
+  if (ev == NULL || st == NULL || id == NULL) {
+    Py_XDECREF(ev);
+    Py_XDECREF(st);
+    Py_XDECREF(id);
+    Py_DECREF(s);
+    return NULL;
+  }
+  PyStructSequence_SET_ITEM(s, 0, id);
+  PyStructSequence_SET_ITEM(s, 1, ev);
+  PyStructSequence_SET_ITEM(s, 2, st);
+  return s;
+}
+static PyObject *get_dtype(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  if (v->dtype_obj == NULL) {
+    const char *f = v->buf.view.format ? v->buf.view.format : "B";
+    v->dtype_obj = dbp_format_describe(f, (Py_ssize_t)strlen(f));
+    if (v->dtype_obj == NULL) return NULL;
+  }
+  return Py_NewRef(v->dtype_obj);
+}
+
+static PyGetSetDef view_getset[] = {
+    {"obj", (getter)get_obj, NULL, "the producer (kept alive by the view)", NULL},
+    {"released", (getter)get_released, NULL, "True once the export was released", NULL},
+    {"is_device", (getter)get_is_device, NULL,
+     "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
+    {"identifier", (getter)get_identifier, NULL,
+     "the producer's device identifier, or None for host memory", NULL},
+    {"device", (getter)get_device, NULL, "the devbuf.Device the memory is on", NULL},
+    {"host_accessible", (getter)get_host_accessible, NULL,
+     "True if the host may dereference ptr (after honouring .sync)", NULL},
+    {"ptr", (getter)get_ptr, NULL, "the data pointer, as an int", NULL},
+    {"nbytes", (getter)get_nbytes, NULL, "Py_buffer.len", NULL},
+    {"itemsize", (getter)get_itemsize, NULL, "bytes per item", NULL},
+    {"ndim", (getter)get_ndim, NULL, "number of dimensions", NULL},
+    {"readonly", (getter)get_readonly, NULL, "True if the producer forbids writes", NULL},
+    {"format", (getter)get_format, NULL, "the format string ('B' when the producer gave none)",
+     NULL},
+    {"shape", (getter)get_shape, NULL, "tuple of dimensions", NULL},
+    {"strides", (getter)get_strides, NULL, "tuple of byte strides", NULL},
+    {"c_contiguous", (getter)get_c_contiguous, NULL, "True if C-contiguous", NULL},
+    {"device_info", (getter)get_device_info, NULL,
+     "address of the producer's device_info (None for host memory)", NULL},
+    {"sync", (getter)get_sync, NULL,
+     "devbuf.Sync(identifier, event, stream) the consumer must honour before touching the "
+     "data, or None when the data is ready", NULL},
+    {"dtype", (getter)get_dtype, NULL, "the parsed format (devbuf.parse_format)", NULL},
+    {NULL},
+};
+
+static PyObject *view_release_m(DbpView *v, PyObject *unused) {
+  if (dbp_view_release(v) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+static PyObject *view_synchronize_m(DbpView *v, PyObject *unused) {
+  if (dbp_view_synchronize(v) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+static PyObject *view_to_host_m(DbpView *v, PyObject *unused) { return dbp_view_to_host(v); }
+static PyObject *view_enter(DbpView *v, PyObject *unused) {
+  if (check_alive(v) < 0) return NULL;
+  return Py_NewRef(v);
+}
+static PyObject *view_exit(DbpView *v, PyObject *args) { return view_release_m(v, NULL); }
+
+static PyMethodDef view_methods[] = {
+    {"release", (PyCFunction)view_release_m, METH_NOARGS,
+     "Release the producer's export now (once; later calls do nothing)."},
+    {"synchronize", (PyCFunction)view_synchronize_m, METH_NOARGS,
+     "Block until the producer's event (see .sync) has completed."},
+    {"to_host", (PyCFunction)view_to_host_m, METH_NOARGS,
+     "to_host() -> DeviceBuffer on the host, C-contiguous, after honouring .sync."},
+    {"__enter__", (PyCFunction)view_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)view_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+static int view_traverse(DbpView *v, visitproc visit, void *arg) {
+  if (!v->released) Py_VISIT(v->buf.view.obj);
+  Py_VISIT(v->device_obj);
+  Py_VISIT(v->dtype_obj);
+  return 0;
+}
+
+static int view_clear(DbpView *v) {
+  /* Breaking a cycle: nothing can hold an export of us (exports keep us
+   * alive), so the release goes through. */
+  if (!v->released) {
+    v->exports = 0;
+    v->pins = 0;
+    dbp_view_release(v);
+  }
+  Py_CLEAR(v->device_obj);
+  Py_CLEAR(v->dtype_obj);
+  return 0;
+}
+
+static void view_dealloc(DbpView *v) {
+  PyObject_GC_UnTrack(v);
+  if (v->weakreflist) PyObject_ClearWeakRefs((PyObject *)v);
+  if (!v->released) {
+    v->released = 1;
+    DevbufPy_BufferRelease(&v->buf);
+  }
+  Py_CLEAR(v->device_obj);
+  Py_CLEAR(v->dtype_obj);
+  PyObject_GC_Del(v);
+}
+
+static PyObject *view_repr(DbpView *v) {
+  if (v->released) return PyUnicode_FromString("<devbuf.DeviceView released>");
+  PyObject *shape = get_shape(v, NULL);
+  if (shape == NULL) return NULL;
+  PyObject *r = PyUnicode_FromFormat("<devbuf.DeviceView %s shape=%R format='%s'%s>",
+                                     v->is_device ? v->buf.device : "host", shape,
+                                     v->buf.view.format ? v->buf.view.format : "B",
+                                     v->buf.view.readonly ? " readonly" : "");
+  Py_DECREF(shape);
+  return r;
+}
+
+static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"obj", "writable", NULL};
+  PyObject *obj;
+  int writable = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:DeviceView", kwlist, &obj, &writable))
+    return NULL;
+  return (PyObject *)dbp_view_new(obj, writable ? PyBUF_WRITABLE : 0);
+}
+
+PyTypeObject DbpView_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.DeviceView",
+    .tp_basicsize = sizeof(DbpView),
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_repr = (reprfunc)view_repr,
+    .tp_as_buffer = &view_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "DeviceView(obj, *, writable=False): a view of any buffer exporter, device memory "
+              "included. Keeps obj alive; releases its export once (release(), with-block, or "
+              "garbage collection).",
+    .tp_traverse = (traverseproc)view_traverse,
+    .tp_clear = (inquiry)view_clear,
+    .tp_weaklistoffset = offsetof(DbpView, weakreflist),
+    .tp_methods = view_methods,
+    .tp_getset = view_getset,
+    .tp_new = view_new,
+};
+
+static PyStructSequence_Field sync_fields[] = {
+    {"identifier", "the device identifier whose specification defines event and stream"},
+    {"event", "the producer event to wait on (int handle), or None"},
+    {"stream", "the producer stream the data was written on (int handle), or None"},
+    {NULL},
+};
+static PyStructSequence_Desc sync_desc = {
+    "devbuf.Sync", "What a consumer must honour before touching a device buffer.", sync_fields, 3};
+
+int dbp_view_init(PyObject *module) {
+  if (PyType_Ready(&DbpView_Type) < 0) return -1;
+  if (DevbufPy_SetBufferSupportedFlags(&DbpView_Type, PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+    return -1;
+  if (PyModule_AddObjectRef(module, "DeviceView", (PyObject *)&DbpView_Type) < 0) return -1;
+  g_sync_type = PyStructSequence_NewType(&sync_desc);
+  if (g_sync_type == NULL) return -1;
+  return PyModule_AddObjectRef(module, "Sync", (PyObject *)g_sync_type);
+}
