@@ -8,7 +8,8 @@
  * "no device" reason, every slot failing cleanly with DEVBUF_ENODEV, the
  * default library (a device, or a reason), concurrent first use.
  * Cases "fake_*" run devbuf.cuda against tests/gpu/fake_cuda.c, a fake
- * libcuda that is strict about contexts, handles and bounds. */
+ * libcuda that is strict about contexts, handles and bounds; "fake_ze_*" run
+ * devbuf.level_zero against tests/gpu/fake_level_zero.c, a fake loader. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -688,6 +689,168 @@ static void fake_threads(void) {
   T->shutdown(st);
 }
 
+/* ---- devbuf.level_zero against the fake loader ------------------------------- */
+
+static long (*fake_ze_live)(void);
+
+static void *fake_ze_state(void) {
+  if (g_fake_path == NULL) {
+    fprintf(stderr, "fake cases need the fake loader's path\n");
+    exit(2);
+  }
+  setenv("DEVBUF_LEVEL_ZERO_LIBRARY", g_fake_path, 1);
+  g_fake = dlopen(g_fake_path, RTLD_NOW | RTLD_LOCAL);
+  if (g_fake == NULL) {
+    fprintf(stderr, "dlopen %s: %s\n", g_fake_path, dlerror());
+    exit(2);
+  }
+  *(void **)(&fake_ze_live) = dlsym(g_fake, "fake_ze_live_objects");
+  if (fake_ze_live == NULL) {
+    fprintf(stderr, "%s: fake_ze_live_objects missing\n", g_fake_path);
+    exit(2);
+  }
+  return new_state();
+}
+
+#define OKZ(call)                                                                  \
+  do {                                                                             \
+    devbuf_error_clear(&err);                                                      \
+    int rc_ = (call);                                                              \
+    CHECK(rc_ == DEVBUF_OK, "%s returned %d: %s", #call, rc_, err.message);        \
+  } while (0)
+
+/* Two drivers with a device each: one flat list, a context per driver. */
+static void fake_ze_devices(void) {
+  enum { N = 10000 };
+  devbuf_error err;
+  devbuf_device_props p;
+  unsigned char h[N], g[N];
+  int count = 0;
+  void *st = fake_ze_state();
+  OKZ(T->device_count(st, &count, &err));
+  CHECK(count == 2, "2 drivers x 1 device, plugin says %d", count);
+  for (int dev = 0; dev < count; dev++) {
+    char name[64];
+    void *a = NULL, *b = NULL, *s = NULL, *host = NULL;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    OKZ(T->device_props(st, dev, &p, &err));
+    snprintf(name, sizeof name, "Fake Level Zero Device %d", dev);
+    CHECK(strcmp(p.name, name) == 0, "name '%s'", p.name);
+    CHECK(strcmp(p.vendor, "Intel") == 0, "vendor '%s'", p.vendor);
+    CHECK(p.total_memory == ((uint64_t)8 << 30), "total %llu", (unsigned long long)p.total_memory);
+    CHECK(p.dlpack_device_type == DEVBUF_DL_ONEAPI && p.dlpack_device_id == dev, "dlpack %d/%d",
+          p.dlpack_device_type, p.dlpack_device_id);
+    CHECK(p.flags == DEVBUF_DEVICE_ASYNC, "flags 0x%x", p.flags);
+    /* Memory of each device comes from its own driver's context (the fake
+     * refuses a mismatch). */
+    fill(h, N, (unsigned)dev + 5);
+    OKZ(T->stream_create(st, dev, &s, &err));
+    OKZ(T->mem_alloc(st, dev, N, 4096, s, &a, &err));
+    CHECK(((uintptr_t)a & 4095) == 0, "alignment 4096: %p", a);
+    OKZ(T->mem_alloc(st, dev, N, 0, NULL, &b, &err));
+    OKZ(T->copy_h2d(st, dev, a, 0, h, N, s, &err));
+    OKZ(T->copy_d2d(st, dev, b, 10, a, 10, N - 10, s, &err));
+    OKZ(T->copy_d2d(st, dev, b, 0, a, 0, 10, s, &err));
+    OKZ(T->host_alloc(st, dev, N, &host, &err));
+    OKZ(T->copy_d2h(st, dev, host, b, 0, N, s, &err));
+    OKZ(T->stream_synchronize(st, dev, s, &err));
+    CHECK(memcmp(host, h, N) == 0, "device %d: content differs", dev);
+    OKZ(T->copy_d2h(st, dev, g, b, 1, N - 1, NULL, &err));
+    OKZ(T->stream_synchronize(st, dev, NULL, &err));
+    CHECK(memcmp(g, h + 1, N - 1) == 0, "device %d: offset read differs", dev);
+    devbuf_error_clear(&err);
+    CHECK(T->copy_d2h(st, dev, g, b, N - 4, 8, s, &err) == DEVBUF_EINVAL, "past the end");
+    CHECK_HAS(err.message, "zeCommandListAppendMemoryCopy: ZE_RESULT_ERROR_INVALID_SIZE (0x78000008)");
+    OKZ(T->host_free(st, dev, host, &err));
+    OKZ(T->mem_free(st, dev, a, s, &err));
+    OKZ(T->mem_free(st, dev, b, NULL, &err));
+    OKZ(T->stream_destroy(st, dev, s, &err));
+  }
+  devbuf_error_clear(&err);
+  void *big = NULL;
+  CHECK(T->mem_alloc(st, 1, (size_t)1 << 41, 0, NULL, &big, &err) == DEVBUF_ENOMEM, "OOM");
+  CHECK(strcmp(err.message, "zeMemAllocDevice: ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY "
+                            "(0x70000003): 2199023255552 bytes on device 1") == 0,
+        "message '%s'", err.message);
+  CHECK(T->mem_alloc(st, 0, 64, 3, NULL, &big, &err) == DEVBUF_EINVAL, "alignment 3");
+  T->shutdown(st);
+  CHECK(fake_ze_live() == 0, "%ld Level Zero objects left after shutdown", fake_ze_live());
+}
+
+/* Handles: bad ones refused, raw events of another producer accepted. */
+static void fake_ze_handles(void) {
+  devbuf_error err;
+  devbuf_device_info info;
+  devbuf_device_info_desc desc;
+  unsigned char blob[128];
+  size_t size = 0;
+  int local = 0;
+  void *s0 = NULL, *s1 = NULL, *e = NULL, *e2 = NULL, *st = fake_ze_state();
+  OKZ(T->stream_create(st, 0, &s0, &err));
+  OKZ(T->stream_create(st, 1, &s1, &err));
+  OKZ(T->event_create(st, 0, &e, &err));
+  OKZ(T->event_create(st, 0, &e2, &err));
+  devbuf_error_clear(&err);
+  CHECK(T->stream_synchronize(st, 0, &local, &err) == DEVBUF_EINVAL, "bogus stream");
+  CHECK_HAS(err.message, "is not a live devbuf.level_zero stream");
+  CHECK(T->stream_synchronize(st, 0, s1, &err) == DEVBUF_EINVAL, "stream of device 1 on 0");
+  CHECK_HAS(err.message, "belongs to device 1");
+  CHECK(T->event_record(st, 0, &local, s0, &err) == DEVBUF_EINVAL, "bogus event");
+  CHECK(T->event_record(st, 1, e, s1, &err) == DEVBUF_EINVAL, "event of device 0 on 1");
+  CHECK(T->event_record(st, 0, e, s1, &err) == DEVBUF_EINVAL, "stream of device 1");
+  CHECK(T->event_record(st, 0, s0, s0, &err) == DEVBUF_EINVAL, "a stream as an event");
+  CHECK(T->stream_wait_event(st, 0, s0, s0, &err) == DEVBUF_EINVAL, "a stream as an event");
+  /* A never-recorded event exports as "ready now" (NULL) and waits on
+   * nothing. */
+  OKZ(T->device_info_export(st, "devbuf.level_zero", 0, e, NULL, 0, blob, sizeof blob, &size,
+                            &err));
+  memcpy(&info, blob, sizeof info);
+  CHECK(info.event == NULL, "unrecorded event exported as %p", info.event);
+  CHECK(info.stream != NULL && info.stream != s0, "default stream exported as %p", info.stream);
+  OKZ(T->event_synchronize(st, 0, e, &err));
+  OKZ(T->stream_wait_event(st, 0, s0, e, &err));
+  /* Recorded: the export carries the raw ze_event_handle_t, not our object. */
+  OKZ(T->event_record(st, 0, e, s0, &err));
+  OKZ(T->device_info_export(st, "devbuf.level_zero", 0, e, s0, 0, blob, sizeof blob, &size,
+                            &err));
+  memcpy(&info, blob, sizeof info);
+  CHECK(info.event != NULL && info.event != e, "event exported as %p (ours %p)", info.event, e);
+  CHECK(info.stream != NULL && info.stream != s0, "stream exported as %p", info.stream);
+  memset(&desc, 0, sizeof desc);
+  desc.struct_size = sizeof desc;
+  OKZ(T->device_info_import(st, "devbuf.level_zero", blob, &desc, &err));
+  CHECK(desc.event == info.event, "import changed the event");
+  /* A consumer waits on the raw event through the plugin. */
+  OKZ(T->stream_wait_event(st, 0, NULL, desc.event, &err));
+  OKZ(T->event_synchronize(st, 0, desc.event, &err));
+  CHECK(T->event_query(st, 0, desc.event, &err) == DEVBUF_OK, "query raw: %s", err.message);
+  devbuf_error_clear(&err);
+  CHECK(T->event_destroy(st, 0, desc.event, &err) == DEVBUF_EINVAL, "destroying a raw event");
+  CHECK(T->event_record(st, 0, desc.event, NULL, &err) == DEVBUF_EINVAL, "recording a raw event");
+  /* Re-recording resets: query reflects the new capture. */
+  OKZ(T->event_record(st, 0, e, NULL, &err));
+  CHECK(T->event_query(st, 0, e, &err) == DEVBUF_OK, "query after re-record");
+  /* Destroyed handles are refused, not dereferenced. */
+  OKZ(T->event_destroy(st, 0, e2, &err));
+  devbuf_error_clear(&err);
+  CHECK(T->event_destroy(st, 0, e2, &err) == DEVBUF_EINVAL, "double event_destroy");
+  OKZ(T->stream_destroy(st, 1, s1, &err));
+  CHECK(T->stream_destroy(st, 1, s1, &err) == DEVBUF_EINVAL, "double stream_destroy");
+  /* Many events: more than one pool of them, indices recycled. */
+  {
+    void *many[150];
+    for (int i = 0; i < 150; i++) OKZ(T->event_create(st, 0, &many[i], &err));
+    for (int i = 0; i < 150; i += 2) OKZ(T->event_destroy(st, 0, many[i], &err));
+    for (int i = 0; i < 150; i += 2) OKZ(T->event_create(st, 0, &many[i], &err));
+    for (int i = 0; i < 150; i++) OKZ(T->event_destroy(st, 0, many[i], &err));
+  }
+  OKZ(T->event_destroy(st, 0, e, &err));
+  OKZ(T->stream_destroy(st, 0, s0, &err));
+  T->shutdown(st);
+  CHECK(fake_ze_live() == 0, "%ld Level Zero objects left after shutdown", fake_ze_live());
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static const struct {
@@ -709,6 +872,8 @@ static const struct {
     {"fake_zero_devices", fake_zero_devices},
     {"fake_missing_symbol", fake_missing_symbol},
     {"fake_threads", fake_threads},
+    {"fake_ze_devices", fake_ze_devices},
+    {"fake_ze_handles", fake_ze_handles},
 };
 
 int main(int argc, char **argv) {
