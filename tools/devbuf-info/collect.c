@@ -158,6 +158,11 @@ static int write_all(int fd, const void *buf, size_t n) {
 static void child_probe(info_plugin *p, int fd) {
   struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core); /* a crashing driver should not dump core */
+  /* Die of the signal itself, so that the parent can name it: no handler
+   * inherited from the parent (or installed by a sanitizer) may turn a
+   * crash into an ordinary exit. */
+  static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
+  for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
   probe_plugin(p);
   probe_record r;
   memset(&r, 0, sizeof r);

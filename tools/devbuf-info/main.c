@@ -65,7 +65,7 @@ static int output_width(void) {
 
 enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE };
 
-int main(int argc, char **argv) {
+static int info_main(int argc, char **argv, const char **extra) {
   static const struct option longopts[] = {
       {"list", no_argument, NULL, 'l'},        {"verbose", no_argument, NULL, 'v'},
       {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
@@ -82,8 +82,7 @@ int main(int argc, char **argv) {
   const char *color = "auto";
   const char *mode = NULL;
   int timeout_given = 0;
-  o.extra_plugins = calloc((size_t)argc + 1, sizeof *o.extra_plugins);
-  if (o.extra_plugins == NULL) return INFO_EXIT_INTERNAL;
+  o.extra_plugins = extra;
 
   opterr = 0; /* our own messages, with the exit code we document */
   int c;
@@ -160,9 +159,7 @@ int main(int argc, char **argv) {
       return usage_error("format: one STRING only (quote it); unexpected '%s'", argv[optind + 2]);
     if (o.list || o.isolate || o.nextra || timeout_given)
       return usage_error("format: -l, --isolate, --timeout and --plugin do not apply%s", "");
-    int rc = info_format_command(stdout, stderr, argv[optind + 1], mode ? mode : "default", &o);
-    free(o.extra_plugins);
-    return rc;
+    return info_format_command(stdout, stderr, argv[optind + 1], mode ? mode : "default", &o);
   }
   if (mode) return usage_error("--mode applies only to the format command%s", "");
   if (o.list && o.json) return usage_error("--list and --json cannot be combined%s", "");
@@ -175,7 +172,6 @@ int main(int argc, char **argv) {
   if (info_collect(&m, &o, &err) != DEVBUF_OK) {
     fprintf(stderr, "devbuf-info: %s\n", err.message);
     info_model_free(&m);
-    free(o.extra_plugins);
     return INFO_EXIT_INTERNAL;
   }
   int rc = info_any_failure(&m) ? INFO_EXIT_PLUGIN_FAILED : INFO_EXIT_OK;
@@ -183,7 +179,18 @@ int main(int argc, char **argv) {
   else if (o.list) info_print_list(stdout, &m, &o);
   else info_print_table(stdout, &m, &o);
   info_model_free(&m);
-  free(o.extra_plugins);
   if (fflush(stdout) != 0) return INFO_EXIT_INTERNAL;
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  /* --plugin arguments; at most one per argument. */
+  const char **extra = calloc((size_t)argc + 1, sizeof *extra);
+  if (extra == NULL) {
+    fputs("devbuf-info: out of memory\n", stderr);
+    return INFO_EXIT_INTERNAL;
+  }
+  int rc = info_main(argc, argv, extra);
+  free(extra);
   return rc;
 }

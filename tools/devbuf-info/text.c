@@ -86,7 +86,7 @@ void info_wrap(FILE *out, const char *text, int used, int indent, int width) {
     size_t brk = 0, next = 0;
     for (size_t i = 1; i <= lim; i++) {
       if (s[i] == ' ' && i <= lim) { brk = i; next = i + 1; }
-      else if (s[i - 1] == '/' && i < lim) { brk = i; next = i; }
+      else if ((s[i - 1] == '/' || s[i - 1] == ':') && i < lim) { brk = i; next = i; }
     }
     if (brk == 0) { brk = lim; next = lim; } /* one unbreakable run: cut it */
     fprintf(out, "%.*s\n%*s", (int)brk, s, indent, "");
@@ -227,11 +227,11 @@ static void print_search(FILE *out, const info_model *m, const info_options *o) 
     else snprintf(buf, sizeof buf, "%s", e->value[0] ? e->value : "(set, empty)");
     info_wrap(out, buf, used, used, o->width);
   }
-  if (m->nsearch == 0) {
+  if (m->nsearch == 0 && o->nextra == 0) {
     fprintf(out, "  (no entry: nothing was searched)\n");
     return;
   }
-  int sw = 6;
+  int sw = 8;
   for (size_t i = 0; i < m->nsearch; i++)
     if (dwidth(m->search[i]->source) > sw) sw = dwidth(m->search[i]->source);
   for (size_t i = 0; i < m->nsearch; i++) {
@@ -250,6 +250,11 @@ static void print_search(FILE *out, const info_model *m, const info_options *o) 
     if (o->verbose && !e->is_file)
       for (size_t k = 0; k < n && k < 64; k++)
         fprintf(out, "%*s  tried %s\n", used, "", base_name(m->plugins[which[k]].pi.path));
+  }
+  /* --plugin files are loaded after the search path, in the order given. */
+  for (size_t i = 0; i < o->nextra; i++) {
+    int used = fprintf(out, "  +  %-*s ", sw, "--plugin");
+    info_wrap(out, o->extra_plugins[i], used, used + 2, o->width);
   }
 }
 
@@ -311,18 +316,20 @@ static void print_plugins(FILE *out, const info_model *m, const info_options *o)
     else snprintf(devs, sizeof devs, "-");
     cell(out, devs, dw, 1, 0);
     fputs("  ", out);
-    /* Under a directory of the search path the file name says enough; an
-     * explicit file keeps its path (its tail, if it must be cut). */
+    /* The search path above already shows where a file came from, so its
+     * name says enough; a --plugin file (and every file under -v) shows its
+     * whole path, on a line of its own when it does not fit. */
     const char *path = INFO_STR(p->pi.path);
-    int from_dir = strcmp(INFO_STR(p->pi.source), "DEVBUF_PLUGINS") != 0 &&
-                   strcmp(INFO_STR(p->pi.source), "explicit") != 0;
-    const char *shown = from_dir && !o->verbose ? base_name(path) : path;
-    if (dwidth(shown) <= fw || !o->verbose) {
-      cell(out, shown, dwidth(shown) < fw ? dwidth(shown) : fw, 0, 1);
-      fputc('\n', out);
+    int whole = o->verbose || strcmp(INFO_STR(p->pi.source), "explicit") == 0;
+    const char *shown = whole ? path : base_name(path);
+    if (dwidth(shown) <= fw) {
+      fprintf(out, "%s\n", shown);
     } else {
+      const char *bn = base_name(path);
+      if (dwidth(bn) > fw) cell(out, bn, fw, 0, 0);
+      else fputs(bn, out);
       fputc('\n', out);
-      note(out, "file", path, o->width);
+      if (whole) note(out, "file", path, o->width);
     }
     /* The row already shows the status and the file: the reason need not
      * repeat them (-v and --json keep the runtime's full text). */
