@@ -9,7 +9,8 @@
  * default library (a device, or a reason), concurrent first use.
  * Cases "fake_*" run devbuf.cuda against tests/gpu/fake_cuda.c, a fake
  * libcuda that is strict about contexts, handles and bounds; "fake_ze_*" run
- * devbuf.level_zero against tests/gpu/fake_level_zero.c, a fake loader. */
+ * devbuf.level_zero against tests/gpu/fake_level_zero.c, a fake loader;
+ * "fake_hip_*" devbuf.hip against tests/gpu/fake_hip.c, a fake runtime. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -851,6 +852,154 @@ static void fake_ze_handles(void) {
   CHECK(fake_ze_live() == 0, "%ld Level Zero objects left after shutdown", fake_ze_live());
 }
 
+/* ---- devbuf.hip against the fake runtime ------------------------------------- */
+
+static long (*fake_hip_live)(void);
+static long (*fake_hip_pool_live)(void);
+static int (*fake_hip_device)(void);
+
+static void *fake_hip_state(void) {
+  if (g_fake_path == NULL) {
+    fprintf(stderr, "fake cases need the fake runtime's path\n");
+    exit(2);
+  }
+  setenv("DEVBUF_HIP_LIBRARY", g_fake_path, 1);
+  g_fake = dlopen(g_fake_path, RTLD_NOW | RTLD_LOCAL);
+  if (g_fake == NULL) {
+    fprintf(stderr, "dlopen %s: %s\n", g_fake_path, dlerror());
+    exit(2);
+  }
+  *(void **)(&fake_hip_live) = dlsym(g_fake, "fake_hip_live_allocations");
+  *(void **)(&fake_hip_pool_live) = dlsym(g_fake, "fake_hip_pool_allocations");
+  *(void **)(&fake_hip_device) = dlsym(g_fake, "fake_hip_current_device");
+  if (!fake_hip_live || !fake_hip_pool_live || !fake_hip_device) {
+    fprintf(stderr, "%s: inspection functions missing\n", g_fake_path);
+    exit(2);
+  }
+  return new_state();
+}
+
+static void fake_hip_devices(void) {
+  enum { N = 50000 };
+  devbuf_error err;
+  devbuf_device_props p;
+  unsigned char *h = malloc(N), *g = malloc(N);
+  int count = 0, (*set_device)(int);
+  void *st = fake_hip_state();
+  CHECK(h && g, "host memory");
+  *(void **)(&set_device) = dlsym(g_fake, "hipSetDevice");
+  OKZ(T->device_count(st, &count, &err));
+  CHECK(count == 2, "count %d", count);
+  /* The caller's current device (1) survives calls on device 0. */
+  CHECK(set_device != NULL && set_device(1) == 0, "hipSetDevice(1)");
+  for (int dev = 0; dev < count; dev++) {
+    void *a = NULL, *b = NULL, *s = NULL, *s2 = NULL, *e = NULL, *host = NULL;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    OKZ(T->device_props(st, dev, &p, &err));
+    CHECK(strcmp(p.name, "Fake HIP Device") == 0 && strcmp(p.vendor, "AMD") == 0, "%s / %s",
+          p.name, p.vendor);
+    CHECK(p.total_memory == ((uint64_t)32 << 30), "total %llu", (unsigned long long)p.total_memory);
+    /* The fake reports (device+1) x 8 GiB free: the plugin asked with the
+     * right device selected. */
+    CHECK(p.free_memory == ((uint64_t)8 << 30) * (uint64_t)(dev + 1), "free %llu on device %d",
+          (unsigned long long)p.free_memory, dev);
+    CHECK(p.dlpack_device_type == DEVBUF_DL_ROCM && p.dlpack_device_id == dev, "dlpack %d/%d",
+          p.dlpack_device_type, p.dlpack_device_id);
+    CHECK(fake_hip_device() == 1, "caller's device changed to %d", fake_hip_device());
+    fill(h, N, (unsigned)dev + 9);
+    OKZ(T->stream_create(st, dev, &s, &err));
+    OKZ(T->stream_create(st, dev, &s2, &err));
+    OKZ(T->event_create(st, dev, &e, &err));
+    OKZ(T->mem_alloc(st, dev, N, 0, s, &a, &err));
+    OKZ(T->mem_alloc(st, dev, N, 8192, s, &b, &err));
+    CHECK(((uintptr_t)b & 8191) == 0, "alignment 8192: %p", b);
+    CHECK(fake_hip_pool_live() == 2, "pooled allocations %ld", fake_hip_pool_live());
+    OKZ(T->copy_h2d(st, dev, a, 0, h, N, s, &err));
+    OKZ(T->copy_d2d(st, dev, b, 3, a, 3, N - 3, s, &err));
+    OKZ(T->copy_d2d(st, dev, b, 0, a, 0, 3, s, &err));
+    OKZ(T->event_record(st, dev, e, s, &err));
+    OKZ(T->stream_wait_event(st, dev, s2, e, &err));
+    OKZ(T->host_alloc(st, dev, N, &host, &err));
+    OKZ(T->copy_d2h(st, dev, host, b, 0, N, s2, &err));
+    OKZ(T->stream_synchronize(st, dev, s2, &err));
+    CHECK(memcmp(host, h, N) == 0, "device %d: content differs", dev);
+    OKZ(T->copy_d2h(st, dev, g, a, 777, 1000, NULL, &err));
+    OKZ(T->stream_synchronize(st, dev, NULL, &err));
+    CHECK(memcmp(g, h + 777, 1000) == 0, "offset read");
+    OKZ(T->event_synchronize(st, dev, e, &err));
+    CHECK(T->event_query(st, dev, e, &err) == DEVBUF_OK, "query");
+    devbuf_error_clear(&err);
+    CHECK(T->copy_d2h(st, dev, g, a, N - 1, 2, s, &err) == DEVBUF_EINVAL, "past the end");
+    CHECK_HAS(err.message, "hipMemcpyDtoHAsync: hipErrorInvalidValue: invalid argument (");
+    CHECK(fake_hip_device() == 1, "caller's device changed to %d", fake_hip_device());
+    OKZ(T->host_free(st, dev, host, &err));
+    OKZ(T->mem_free(st, dev, a, s, &err));
+    OKZ(T->mem_free(st, dev, b, s2, &err));
+    OKZ(T->event_destroy(st, dev, e, &err));
+    OKZ(T->stream_destroy(st, dev, s, &err));
+    OKZ(T->stream_destroy(st, dev, s2, &err));
+  }
+  devbuf_error_clear(&err);
+  void *big = NULL;
+  CHECK(T->mem_alloc(st, 0, (size_t)1 << 41, 0, NULL, &big, &err) == DEVBUF_ENOMEM, "OOM");
+  CHECK(strcmp(err.message, "hipMallocFromPoolAsync: hipErrorOutOfMemory: out of memory "
+                            "(2199023255552 bytes on device 0)") == 0,
+        "message '%s'", err.message);
+  CHECK(fake_hip_live() == 0, "%ld allocations leaked", fake_hip_live());
+  T->shutdown(st);
+  /* Without pool support: hipMalloc/hipFree. */
+  setenv("FAKE_HIP_NO_POOLS", "1", 1);
+  st = new_state();
+  void *a = NULL;
+  OKZ(T->mem_alloc(st, 1, 100, 0, NULL, &a, &err));
+  CHECK(fake_hip_pool_live() == 0 && fake_hip_live() == 1, "pool %ld live %ld",
+        fake_hip_pool_live(), fake_hip_live());
+  OKZ(T->mem_free(st, 1, a, NULL, &err));
+  T->shutdown(st);
+  unsetenv("FAKE_HIP_NO_POOLS");
+  free(h);
+  free(g);
+}
+
+static void *hip_worker_main(void *p) {
+  worker_arg *a = p;
+  enum { N = 4096 };
+  unsigned char h[N], g[N];
+  devbuf_error err;
+  for (int it = 0; it < 200; it++) {
+    void *d = NULL, *s = NULL;
+    fill(h, N, (unsigned)it);
+    if (T->stream_create(a->st, a->device, &s, &err) != DEVBUF_OK ||
+        T->mem_alloc(a->st, a->device, N, 0, s, &d, &err) != DEVBUF_OK ||
+        T->copy_h2d(a->st, a->device, d, 0, h, N, s, &err) != DEVBUF_OK ||
+        T->copy_d2h(a->st, a->device, g, d, 0, N, s, &err) != DEVBUF_OK ||
+        T->stream_synchronize(a->st, a->device, s, &err) != DEVBUF_OK || memcmp(g, h, N) != 0 ||
+        T->mem_free(a->st, a->device, d, s, &err) != DEVBUF_OK ||
+        T->stream_destroy(a->st, a->device, s, &err) != DEVBUF_OK)
+      a->failures++;
+  }
+  return NULL;
+}
+
+static void fake_hip_threads(void) {
+  enum { N = 6 };
+  pthread_t th[N];
+  worker_arg args[N];
+  void *st = fake_hip_state();
+  for (int i = 0; i < N; i++) {
+    args[i].st = st;
+    args[i].device = i % 2;
+    args[i].failures = 0;
+    CHECK(pthread_create(&th[i], NULL, hip_worker_main, &args[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++)
+    CHECK(args[i].failures == 0, "thread %d: %d failures", i, args[i].failures);
+  CHECK(fake_hip_live() == 0, "%ld allocations leaked", fake_hip_live());
+  T->shutdown(st);
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static const struct {
@@ -874,6 +1023,8 @@ static const struct {
     {"fake_threads", fake_threads},
     {"fake_ze_devices", fake_ze_devices},
     {"fake_ze_handles", fake_ze_handles},
+    {"fake_hip_devices", fake_hip_devices},
+    {"fake_hip_threads", fake_hip_threads},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,419 @@
+/* A fake HIP runtime (the subset of libamdhip64 that devbuf.hip uses), so
+ * that the plugin's device paths run on machines without an AMD GPU:
+ *
+ *     DEVBUF_HIP_LIBRARY=.../libdevbuf_fake_hip.so
+ *
+ * Two devices; memory in host RAM; copies run synchronously. Strict where
+ * the plugin could be wrong: the current device is per thread and every
+ * stream, event and allocation remembers the device that was current when it
+ * was made; using a stream while another device is current fails
+ * (hipErrorInvalidHandle), so a missing hipSetDevice shows. Copies must stay
+ * inside one live allocation; handles carry magic numbers; pooled memory
+ * must be freed with hipFreeAsync. Inspection for tests:
+ * fake_hip_live_allocations(), fake_hip_pool_allocations(),
+ * fake_hip_current_device(). FAKE_HIP_NO_POOLS=1 turns pool support off. */
+#include <hip/hip_runtime_api.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAKE_EXPORT __attribute__((visibility("default")))
+#define FAKE_DEVICES 2
+#define FAKE_TOTAL_MEM ((size_t)32 << 30)
+#define FAKE_OOM_BYTES ((size_t)1 << 40)
+#define M_STREAM 0x5354524du
+#define M_EVENT 0x4556454eu
+#define M_POOL 0x504f4f4cu
+
+struct ihipStream_t {
+  unsigned magic;
+  int device;
+};
+struct ihipEvent_t {
+  unsigned magic;
+  int device;
+};
+struct ihipMemPoolHandle_t {
+  unsigned magic;
+  int device;
+  uint64_t threshold;
+};
+
+typedef struct fake_alloc {
+  uintptr_t base;
+  size_t size;
+  int device, pooled, host;
+  struct fake_alloc *next;
+} fake_alloc;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_init;
+static fake_alloc *g_allocs;
+static long g_live, g_pool_live;
+static _Thread_local int t_device; /* HIP's default: device 0 */
+
+FAKE_EXPORT long fake_hip_live_allocations(void);
+FAKE_EXPORT long fake_hip_pool_allocations(void);
+FAKE_EXPORT int fake_hip_current_device(void);
+long fake_hip_live_allocations(void) {
+  pthread_mutex_lock(&g_lock);
+  long n = g_live;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+long fake_hip_pool_allocations(void) {
+  pthread_mutex_lock(&g_lock);
+  long n = g_pool_live;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+int fake_hip_current_device(void) { return t_device; }
+
+#define NEED_INIT() \
+  if (!g_init) return hipErrorNotInitialized
+
+static const struct {
+  hipError_t r;
+  const char *name, *text;
+} g_errors[] = {
+    {hipSuccess, "hipSuccess", "no error"},
+    {hipErrorInvalidValue, "hipErrorInvalidValue", "invalid argument"},
+    {hipErrorOutOfMemory, "hipErrorOutOfMemory", "out of memory"},
+    {hipErrorNotInitialized, "hipErrorNotInitialized", "initialization error"},
+    {hipErrorNoDevice, "hipErrorNoDevice", "no ROCm-capable device is detected"},
+    {hipErrorInvalidDevice, "hipErrorInvalidDevice", "invalid device ordinal"},
+    {hipErrorInvalidHandle, "hipErrorInvalidHandle", "invalid resource handle"},
+    {hipErrorNotReady, "hipErrorNotReady", "device not ready"},
+};
+
+const char *hipGetErrorName(hipError_t e) {
+  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+    if (g_errors[i].r == e) return g_errors[i].name;
+  return "hipErrorUnknown";
+}
+
+const char *hipGetErrorString(hipError_t e) {
+  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
+    if (g_errors[i].r == e) return g_errors[i].text;
+  return "unknown error";
+}
+
+hipError_t hipInit(unsigned int flags) {
+  if (flags != 0) return hipErrorInvalidValue;
+  g_init = 1;
+  return hipSuccess;
+}
+
+hipError_t hipDriverGetVersion(int *v) {
+  *v = 50221153;
+  return hipSuccess;
+}
+
+hipError_t hipGetDeviceCount(int *count) {
+  NEED_INIT();
+  *count = FAKE_DEVICES;
+  return hipSuccess;
+}
+
+hipError_t hipGetDevice(int *d) {
+  NEED_INIT();
+  *d = t_device;
+  return hipSuccess;
+}
+
+hipError_t hipSetDevice(int d) {
+  NEED_INIT();
+  if (d < 0 || d >= FAKE_DEVICES) return hipErrorInvalidDevice;
+  t_device = d;
+  return hipSuccess;
+}
+
+hipError_t hipDeviceGet(hipDevice_t *device, int ordinal) {
+  NEED_INIT();
+  if (ordinal < 0 || ordinal >= FAKE_DEVICES) return hipErrorInvalidDevice;
+  *device = ordinal;
+  return hipSuccess;
+}
+
+hipError_t hipDeviceGetName(char *name, int len, hipDevice_t device) {
+  NEED_INIT();
+  if (device < 0 || device >= FAKE_DEVICES) return hipErrorInvalidDevice;
+  if (name == NULL || len <= 0) return hipErrorInvalidValue;
+  strncpy(name, "Fake HIP Device", (size_t)len - 1);
+  name[len - 1] = '\0';
+  return hipSuccess;
+}
+
+hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device) {
+  NEED_INIT();
+  if (device < 0 || device >= FAKE_DEVICES) return hipErrorInvalidDevice;
+  *bytes = FAKE_TOTAL_MEM;
+  return hipSuccess;
+}
+
+hipError_t hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int device) {
+  NEED_INIT();
+  if (device < 0 || device >= FAKE_DEVICES) return hipErrorInvalidDevice;
+  if (attr == hipDeviceAttributeMemoryPoolsSupported) {
+    const char *np = getenv("FAKE_HIP_NO_POOLS");
+    *pi = !(np && np[0] == '1');
+    return hipSuccess;
+  }
+  if (attr == hipDeviceAttributePageableMemoryAccess) {
+    *pi = 0;
+    return hipSuccess;
+  }
+  return hipErrorInvalidValue;
+}
+
+hipError_t hipMemGetInfo(size_t *free_b, size_t *total) {
+  NEED_INIT();
+  *free_b = FAKE_TOTAL_MEM / 4 * (size_t)(t_device + 1); /* tells the devices apart */
+  *total = FAKE_TOTAL_MEM;
+  return hipSuccess;
+}
+
+/* ---- memory -------------------------------------------------------------- */
+
+static hipError_t track(size_t size, int pooled, int host, void **out) {
+  void *p = NULL;
+  fake_alloc *a;
+  if (size == 0) return hipErrorInvalidValue;
+  if (size >= FAKE_OOM_BYTES) return hipErrorOutOfMemory;
+  if (posix_memalign(&p, 256, size) != 0) return hipErrorOutOfMemory;
+  a = malloc(sizeof *a);
+  if (a == NULL) {
+    free(p);
+    return hipErrorOutOfMemory;
+  }
+  a->base = (uintptr_t)p;
+  a->size = size;
+  a->device = host ? -1 : t_device;
+  a->pooled = pooled;
+  a->host = host;
+  pthread_mutex_lock(&g_lock);
+  a->next = g_allocs;
+  g_allocs = a;
+  g_live++;
+  if (pooled) g_pool_live++;
+  pthread_mutex_unlock(&g_lock);
+  *out = p;
+  return hipSuccess;
+}
+
+static hipError_t untrack(void *p, int pooled, int host) {
+  hipError_t r = hipErrorInvalidValue;
+  pthread_mutex_lock(&g_lock);
+  for (fake_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next) {
+    fake_alloc *a = *pp;
+    if (a->base != (uintptr_t)p) continue;
+    if (a->pooled != pooled || a->host != host) break;
+    if (!host && a->device != t_device) break; /* freed with another device current */
+    *pp = a->next;
+    g_live--;
+    if (pooled) g_pool_live--;
+    free((void *)a->base);
+    free(a);
+    r = hipSuccess;
+    break;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return r;
+}
+
+static int inside(uintptr_t p, size_t n) {
+  int ok = 0;
+  pthread_mutex_lock(&g_lock);
+  for (fake_alloc *a = g_allocs; a; a = a->next)
+    if (!a->host && a->device == t_device && p >= a->base && p - a->base <= a->size &&
+        n <= a->size - (p - a->base)) {
+      ok = 1;
+      break;
+    }
+  pthread_mutex_unlock(&g_lock);
+  return ok;
+}
+
+static hipError_t check_stream(hipStream_t s) {
+  if (s == NULL) return hipSuccess;
+  if (s->magic != M_STREAM || s->device != t_device) return hipErrorInvalidHandle;
+  return hipSuccess;
+}
+
+hipError_t hipMalloc(void **ptr, size_t size) {
+  NEED_INIT();
+  return track(size, 0, 0, ptr);
+}
+
+hipError_t hipFree(void *ptr) {
+  NEED_INIT();
+  return untrack(ptr, 0, 0);
+}
+
+hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags) {
+  NEED_INIT();
+  if (flags & ~0xfu) return hipErrorInvalidValue;
+  return track(size, 0, 1, ptr);
+}
+
+hipError_t hipHostFree(void *ptr) {
+  NEED_INIT();
+  return untrack(ptr, 0, 1);
+}
+
+hipError_t hipMemPoolCreate(hipMemPool_t *pool, const hipMemPoolProps *props) {
+  struct ihipMemPoolHandle_t *p;
+  NEED_INIT();
+  if (props == NULL || props->allocType != hipMemAllocationTypePinned ||
+      props->location.type != hipMemLocationTypeDevice || props->location.id < 0 ||
+      props->location.id >= FAKE_DEVICES)
+    return hipErrorInvalidValue;
+  p = calloc(1, sizeof *p);
+  if (p == NULL) return hipErrorOutOfMemory;
+  p->magic = M_POOL;
+  p->device = props->location.id;
+  *pool = p;
+  return hipSuccess;
+}
+
+hipError_t hipMemPoolDestroy(hipMemPool_t pool) {
+  NEED_INIT();
+  if (pool == NULL || pool->magic != M_POOL) return hipErrorInvalidValue;
+  pool->magic = 0;
+  free(pool);
+  return hipSuccess;
+}
+
+hipError_t hipMemPoolSetAttribute(hipMemPool_t pool, hipMemPoolAttr attr, void *value) {
+  NEED_INIT();
+  if (pool == NULL || pool->magic != M_POOL) return hipErrorInvalidValue;
+  if (attr != hipMemPoolAttrReleaseThreshold) return hipErrorInvalidValue;
+  pool->threshold = *(uint64_t *)value;
+  return hipSuccess;
+}
+
+hipError_t hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t pool,
+                                  hipStream_t stream) {
+  hipError_t r;
+  NEED_INIT();
+  if (pool == NULL || pool->magic != M_POOL || pool->device != t_device)
+    return hipErrorInvalidValue;
+  if ((r = check_stream(stream)) != hipSuccess) return r;
+  return track(size, 1, 0, dev_ptr);
+}
+
+hipError_t hipFreeAsync(void *dev_ptr, hipStream_t stream) {
+  hipError_t r;
+  NEED_INIT();
+  if ((r = check_stream(stream)) != hipSuccess) return r;
+  return untrack(dev_ptr, 1, 0);
+}
+
+/* ---- copies ---------------------------------------------------------------- */
+
+hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t n, hipStream_t s) {
+  hipError_t r;
+  NEED_INIT();
+  if ((r = check_stream(s)) != hipSuccess) return r;
+  if (!inside((uintptr_t)dst, n)) return hipErrorInvalidValue;
+  memcpy(dst, src, n);
+  return hipSuccess;
+}
+
+hipError_t hipMemcpyDtoHAsync(void *dst, hipDeviceptr_t src, size_t n, hipStream_t s) {
+  hipError_t r;
+  NEED_INIT();
+  if ((r = check_stream(s)) != hipSuccess) return r;
+  if (!inside((uintptr_t)src, n)) return hipErrorInvalidValue;
+  memcpy(dst, src, n);
+  return hipSuccess;
+}
+
+hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t src, size_t n, hipStream_t s) {
+  hipError_t r;
+  NEED_INIT();
+  if ((r = check_stream(s)) != hipSuccess) return r;
+  if (!inside((uintptr_t)dst, n) || !inside((uintptr_t)src, n)) return hipErrorInvalidValue;
+  memmove(dst, src, n);
+  return hipSuccess;
+}
+
+/* ---- streams and events ------------------------------------------------------ */
+
+hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags) {
+  struct ihipStream_t *s;
+  NEED_INIT();
+  if (flags & ~(unsigned)hipStreamNonBlocking) return hipErrorInvalidValue;
+  s = calloc(1, sizeof *s);
+  if (s == NULL) return hipErrorOutOfMemory;
+  s->magic = M_STREAM;
+  s->device = t_device;
+  *stream = s;
+  return hipSuccess;
+}
+
+hipError_t hipStreamDestroy(hipStream_t stream) {
+  NEED_INIT();
+  if (stream == NULL || stream->magic != M_STREAM) return hipErrorInvalidHandle;
+  stream->magic = 0;
+  free(stream);
+  return hipSuccess;
+}
+
+hipError_t hipStreamSynchronize(hipStream_t stream) {
+  NEED_INIT();
+  return check_stream(stream);
+}
+
+static hipError_t check_event(hipEvent_t e) {
+  if (e == NULL || e->magic != M_EVENT) return hipErrorInvalidHandle;
+  return hipSuccess;
+}
+
+hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags) {
+  hipError_t r;
+  NEED_INIT();
+  if (flags != 0) return hipErrorInvalidValue;
+  if ((r = check_stream(stream)) != hipSuccess) return r;
+  return check_event(event);
+}
+
+hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags) {
+  struct ihipEvent_t *e;
+  NEED_INIT();
+  if (flags & ~0xfu) return hipErrorInvalidValue;
+  e = calloc(1, sizeof *e);
+  if (e == NULL) return hipErrorOutOfMemory;
+  e->magic = M_EVENT;
+  e->device = t_device;
+  *event = e;
+  return hipSuccess;
+}
+
+hipError_t hipEventDestroy(hipEvent_t event) {
+  hipError_t r;
+  NEED_INIT();
+  if ((r = check_event(event)) != hipSuccess) return r;
+  event->magic = 0;
+  free(event);
+  return hipSuccess;
+}
+
+hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) {
+  hipError_t r;
+  NEED_INIT();
+  if ((r = check_event(event)) != hipSuccess) return r;
+  if ((r = check_stream(stream)) != hipSuccess) return r;
+  return event->device == t_device ? hipSuccess : hipErrorInvalidHandle;
+}
+
+hipError_t hipEventQuery(hipEvent_t event) {
+  NEED_INIT();
+  return check_event(event);
+}
+
+hipError_t hipEventSynchronize(hipEvent_t event) {
+  NEED_INIT();
+  return check_event(event);
+}
