@@ -973,7 +973,10 @@ static int parse_seq(fp *p, lvl *L, int term) {
     if (mode != DEVBUF_FORMAT_STRUCT && p->pos < p->end && s[p->pos] == ':') {
       size_t ns = ++p->pos;
       if (mode == DEVBUF_FORMAT_NUMPY) {
-        while (p->pos < p->end && s[p->pos] != ':') p->pos++;
+        /* NumPy takes anything up to the next ':'; we keep to printable
+         * ASCII (spaces included) so that a name survives as a C string. */
+        while (p->pos < p->end && s[p->pos] != ':' && s[p->pos] >= 0x20 && s[p->pos] < 0x7f)
+          p->pos++;
       } else {
         while (p->pos < p->end && s[p->pos] != ':' && s[p->pos] > 0x20 && s[p->pos] < 0x7f)
           p->pos++;
@@ -1337,7 +1340,9 @@ static void fill_list(const devbuf_format_field *f, uint64_t base, devbuf_format
                       size_t cap, size_t *n) {
   for (; f != NULL && *n < cap; f = f->next) {
     if (expands(f)) {
-      uint64_t m = mult_of(f);
+      uint64_t m = mult_of(f), inner = 0;
+      /* Elements without items would spin m times without progress. */
+      if (!count_list(f->children, &inner) || inner == 0) continue;
       for (uint64_t k = 0; k < m && *n < cap; k++)
         fill_list(f->children, base + f->offset + k * f->elem_size, items, cap, n);
     } else {

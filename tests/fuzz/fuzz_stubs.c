@@ -1,0 +1,16 @@
+/* The fuzz target compiles the engine's sources itself (so that libFuzzer
+ * sees their coverage) instead of linking libdevbuf; these stand in for the
+ * runtime functions the dtype registry calls. No plugins are ever loaded. */
+#include "devbuf/runtime.h"
+
+size_t devbuf_plugin_count(void) { return 0; }
+
+int devbuf_plugin_info_get(size_t index, devbuf_plugin_info *out, devbuf_error *err) {
+  (void)out;
+  return devbuf_error_set(err, DEVBUF_EINVAL, "fuzz stub: no plugin #%zu", index);
+}
+
+const char *devbuf_status_name(int code) {
+  (void)code;
+  return "DEVBUF_E?";
+}
