@@ -84,6 +84,29 @@ Py_ssize_t dbp_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
   return items;
 }
 
+PyObject *dbp_array_via_memoryview(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"dtype", "copy", NULL};
+  PyObject *dtype = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist, &dtype, &copy))
+    return NULL;
+  PyObject *mv = PyMemoryView_FromObject(self); /* BufferError with advice for device memory */
+  if (mv == NULL) return NULL;
+  PyObject *np = PyImport_ImportModule("numpy");
+  PyObject *r = NULL;
+  if (np != NULL) {
+    PyObject *kw = Py_BuildValue("{s:O}", "dtype", dtype);
+    PyObject *fn = PyObject_GetAttrString(np, copy == Py_True ? "array" : "asarray");
+    PyObject *a = PyTuple_Pack(1, mv);
+    if (kw && fn && a) r = PyObject_Call(fn, a, kw);
+    Py_XDECREF(kw);
+    Py_XDECREF(fn);
+    Py_XDECREF(a);
+    Py_DECREF(np);
+  }
+  Py_DECREF(mv);
+  return r;
+}
+
 PyObject *dbp_tuple_from_ssize(int n, const Py_ssize_t *v) {
   PyObject *t = PyTuple_New(n);
   if (t == NULL) return NULL;
@@ -567,6 +590,8 @@ static PyMethodDef buffer_methods[] = {
      "Give the memory back now. BufferError while exported; later use raises ValueError."},
     {"synchronize", (PyCFunction)buffer_synchronize, METH_NOARGS,
      "Block until the work that produced the contents has finished."},
+    {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
+     METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
     {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
     {NULL},

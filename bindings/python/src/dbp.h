@@ -153,6 +153,10 @@ Py_ssize_t dbp_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
                          Py_ssize_t *strides);
 /* (a, b, ...) from n Py_ssize_t values. */
 PyObject *dbp_tuple_from_ssize(int n, const Py_ssize_t *v);
+/* __array__(dtype=None, copy=None) for exporters: NumPy swallows a failed
+ * buffer request and builds an object array; it does propagate __array__'s
+ * error, so device memory gets the same BufferError a plain request gets. */
+PyObject *dbp_array_via_memoryview(PyObject *self, PyObject *args, PyObject *kwargs);
 /* Call `fn(args)` with the GIL released: small macro to keep sites short. */
 #define DBP_NOGIL(stmt)      \
   do {                       \

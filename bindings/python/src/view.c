@@ -370,6 +370,8 @@ static PyMethodDef view_methods[] = {
      "Block until the producer's event (see .sync) has completed."},
     {"to_host", (PyCFunction)view_to_host_m, METH_NOARGS,
      "to_host() -> DeviceBuffer on the host, C-contiguous, after honouring .sync."},
+    {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
+     METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
     {"__enter__", (PyCFunction)view_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)view_exit, METH_VARARGS, NULL},
     {NULL},

@@ -1,0 +1,60 @@
+"""Shared pytest set-up for tests/python: find the build, nothing more.
+
+The build directory is $DEVBUF_BUILD_DIR, else <repo>/build. Its python/
+folder (the devbuf package, laid out by bindings/python/CMakeLists.txt) and
+python_tests/ folder (test-only extensions from tests/python/CMakeLists.txt)
+go on sys.path, so both of these work:
+
+    DEVBUF_BUILD_DIR=$PWD/build python -m pytest tests/python
+    DEVBUF_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/build/python python -m pytest tests/python
+
+Fixtures for everyone: `devbuf_build` (the Path), `devbuf_env` (an os.environ
+copy that makes a subprocess see the same build), `sim` (the devbuf.sim:0
+Device, or a skip saying why there is none).
+"""
+import os
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("DEVBUF_BUILD_DIR", REPO / "build")).resolve()
+
+for _p in (BUILD / "python", BUILD / "python_tests"):
+    if _p.is_dir() and str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+
+def pytest_configure(config):
+    if not (BUILD / "python" / "devbuf").is_dir():
+        raise pytest.UsageError(
+            f"no devbuf package under {BUILD}/python: build with -DDEVBUF_BUILD_PYTHON=ON "
+            f"(cmake -S . -B build -DPython3_EXECUTABLE={sys.executable} && cmake --build build) "
+            "or point DEVBUF_BUILD_DIR at your build directory")
+
+
+@pytest.fixture(scope="session")
+def devbuf_build():
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def devbuf_env():
+    """Environment for a subprocess that must import the same devbuf."""
+    env = dict(os.environ)
+    paths = [str(BUILD / "python"), str(BUILD / "python_tests")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["DEVBUF_BUILD_DIR"] = str(BUILD)
+    return env
+
+
+@pytest.fixture(scope="session")
+def sim():
+    import devbuf
+    try:
+        return devbuf.device("devbuf.sim:0")
+    except devbuf.Error as e:  # plugin missing or configured without devices
+        pytest.skip(f"devbuf.sim is not available: {e}")
