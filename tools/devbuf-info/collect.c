@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +92,45 @@ static void set_reason(info_plugin *p, const char *msg) {
   snprintf(p->probe_reason, sizeof p->probe_reason, "%s", msg);
 }
 
+static void probe_plugin_untimed(info_plugin *p);
+
 /* Probe one plugin in this process: device count, then each device's props. */
 static void probe_plugin(info_plugin *p) {
+  double t0 = now_ms();
+  probe_plugin_untimed(p);
+  p->probe_ms = now_ms() - t0;
+}
+
+static void *probe_thread(void *arg) {
+  probe_plugin(arg);
+  return NULL;
+}
+
+/* In-process probing runs one thread per plugin: the wall time is then the
+ * slowest driver's start-up (PoCL's, typically), not the sum of all of them.
+ * The plugin ABI allows it: every slot but init/shutdown may be called from
+ * any thread, and each plugin's count is probed once under its own lock. */
+static void probe_all_threads(info_model *m) {
+  pthread_t *th = calloc(m->nplugins ? m->nplugins : 1, sizeof *th);
+  char *started = calloc(m->nplugins ? m->nplugins : 1, 1);
+  for (size_t i = 0; i < m->nplugins; i++) {
+    info_plugin *p = &m->plugins[i];
+    if (p->pi.state != DEVBUF_PLUGIN_LOADED) {
+      p->probe = INFO_PROBE_NOT_LOADED;
+      continue;
+    }
+    if (th != NULL && started != NULL && pthread_create(&th[i], NULL, probe_thread, p) == 0)
+      started[i] = 1;
+    else
+      probe_plugin(p); /* no thread: probe here */
+  }
+  for (size_t i = 0; th && started && i < m->nplugins; i++)
+    if (started[i]) pthread_join(th[i], NULL);
+  free(th);
+  free(started);
+}
+
+static void probe_plugin_untimed(info_plugin *p) {
   if (p->pi.state != DEVBUF_PLUGIN_LOADED || p->primary_id == NULL) {
     p->probe = INFO_PROBE_NOT_LOADED;
     return;
@@ -180,6 +218,7 @@ static void child_probe(info_plugin *p, int fd) {
 
 typedef struct probe_child {
   pid_t pid;
+  double t_start, t_end; /* spawn, and when its pipe closed or it was reaped */
   int fd;          /* read end, -1 once EOF */
   char *buf;
   size_t len, cap;
@@ -202,6 +241,7 @@ static void child_read(probe_child *c) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     close(c->fd); /* EOF or error */
     c->fd = -1;
+    c->t_end = now_ms();
     return;
   }
 }
@@ -291,6 +331,7 @@ static int probe_isolated(info_model *m, double timeout_s, devbuf_error *err) {
     fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
     kids[i].pid = pid;
     kids[i].fd = fds[0];
+    kids[i].t_start = now_ms();
   }
 
   double deadline = now_ms() + timeout_s * 1e3;
@@ -340,7 +381,9 @@ static int probe_isolated(info_model *m, double timeout_s, devbuf_error *err) {
       }
     }
     if (c->fd >= 0) close(c->fd);
+    if (c->t_end == 0) c->t_end = now_ms();
     child_result(&m->plugins[i], c, timeout_s);
+    m->plugins[i].probe_ms = c->t_end - c->t_start;
     free(c->buf);
   }
   free(kids);
@@ -406,7 +449,7 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
     rc = probe_isolated(m, o->timeout_s, err);
     if (rc != DEVBUF_OK) return rc;
   } else {
-    for (size_t i = 0; i < m->nplugins; i++) probe_plugin(&m->plugins[i]);
+    probe_all_threads(m);
   }
   m->probe_ms = now_ms() - t0;
 

@@ -51,6 +51,7 @@ typedef struct info_plugin {
   int device_count;           /* as reported (may exceed ndevices) */
   int term_signal;            /* CRASHED: the signal */
   int child_exit;             /* CHILD_FAILED: exit status */
+  double probe_ms;            /* wall time of the probe (0 if not probed) */
   char probe_reason[INFO_REASON_MAX];
   size_t ndevices;
   info_device *devices;       /* ndevices entries, malloc'd */

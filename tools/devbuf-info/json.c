@@ -114,8 +114,10 @@ static void print_plugin(FILE *out, const info_model *m, const info_plugin *p) {
   } else {
     fputs("\"signal\": null, \"signal_number\": null, ", out);
   }
-  if (p->probe == INFO_PROBE_TIMED_OUT) fprintf(out, "\"timeout_s\": %g}, ", m->timeout_s);
-  else fputs("\"timeout_s\": null}, ", out);
+  if (p->probe == INFO_PROBE_TIMED_OUT) fprintf(out, "\"timeout_s\": %g, ", m->timeout_s);
+  else fputs("\"timeout_s\": null, ", out);
+  if (probed) fprintf(out, "\"time_ms\": %.3f}, ", p->probe_ms);
+  else fputs("\"time_ms\": null}, ", out);
 
   if (p->probe == INFO_PROBE_OK) fprintf(out, "\"device_count\": %d, ", p->device_count);
   else if (p->probe == INFO_PROBE_NO_DEVICE) fputs("\"device_count\": 0, ", out);

@@ -349,6 +349,9 @@ static void print_plugins(FILE *out, const info_model *m, const info_options *o)
       note(out, "note", p->pi.reason, o->width);
     if (o->verbose) {
       note(out, "source", INFO_STR(p->pi.source), o->width);
+      if (p->probe != INFO_PROBE_NOT_LOADED)
+        fprintf(out, "    probe: %.1f ms%s\n", p->probe_ms,
+                m->isolate ? " (in its own process)" : "");
       if (p->pi.description && p->pi.description[0])
         note(out, "about", p->pi.description, o->width);
       if (p->pi.identifiers && p->pi.identifiers[0]) {
