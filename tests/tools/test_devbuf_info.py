@@ -42,6 +42,9 @@ def run(argv, env=None, timeout=30):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith("DEVBUF_") and k not in ("NO_COLOR", "COLUMNS")}
     e.update(env or {})
+    # Sanitizer builds: a vendor library's own leak is not the tool's (lsan.supp).
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
+    e["LSAN_OPTIONS"] = ":".join(x for x in (e.get("LSAN_OPTIONS"), "suppressions=" + supp) if x)
     t0 = time.monotonic()
     p = subprocess.run([args.bin] + argv, env=e, capture_output=True, text=True,
                        timeout=timeout)
