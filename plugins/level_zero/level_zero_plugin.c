@@ -585,7 +585,7 @@ static ze_result_t lz_stream_delete(lz_state *st, lz_stream *s) {
 /* The device, with its driver's context and its default stream (first use
  * only). */
 static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error *err) {
-  lz_device *d;
+  lz_device *d = NULL;
   int rc = lz_ensure(st, err);
   if (rc != DEVBUF_OK) return rc;
   if (device < 0 || device >= st->count)
@@ -631,7 +631,7 @@ static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error
  * stream of this plugin on `device`. */
 static int lz_stream_get(lz_state *st, lz_device *d, int device, void *stream, lz_stream **out,
                          const char *op, devbuf_error *err) {
-  lz_stream *s;
+  lz_stream *s = NULL;
   if (stream == NULL) {
     *out = d->default_stream;
     return DEVBUF_OK;
@@ -711,7 +711,7 @@ static int lz_device_props(void *state, int device, devbuf_device_props *props,
   devbuf_device_props p;
   ze_device_properties_t zp;
   uint32_t nmem = 0;
-  lz_device *d;
+  lz_device *d = NULL;
   size_t n;
   ze_result_t r;
   int rc;
@@ -727,7 +727,12 @@ static int lz_device_props(void *state, int device, devbuf_device_props *props,
   zp.stype = ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES;
   r = st->api.p_zeDeviceGetProperties(d->dev, &zp);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeDeviceGetProperties", "device %d", device);
-  snprintf(p.name, sizeof p.name, "%.*s", (int)sizeof zp.name, zp.name);
+  {
+    size_t len = strnlen(zp.name, sizeof zp.name);
+    if (len >= sizeof p.name) len = sizeof p.name - 1; /* ZE_MAX_DEVICE_NAME is 256 */
+    memcpy(p.name, zp.name, len);
+    p.name[len] = '\0';
+  }
   if (zp.vendorId == 0x8086)
     snprintf(p.vendor, sizeof p.vendor, "Intel");
   else
@@ -778,7 +783,7 @@ static int lz_stream_wait_host(lz_state *st, lz_stream *s, devbuf_error *err) {
 
 static int lz_stream_create(void *state, int device, void **stream, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
+  lz_device *d = NULL;
   lz_stream *s = NULL;
   int rc;
   if (stream == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_create: NULL stream");
@@ -797,8 +802,8 @@ static int lz_stream_create(void *state, int device, void **stream, devbuf_error
 
 static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_stream *s;
+  lz_device *d = NULL;
+  lz_stream *s = NULL;
   ze_result_t r;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
@@ -817,8 +822,8 @@ static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error
 
 static int lz_stream_synchronize(void *state, int device, void *stream, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_stream *s;
+  lz_device *d = NULL;
+  lz_stream *s = NULL;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
   rc = lz_stream_get(st, d, device, stream, &s, "stream_synchronize", err);
@@ -831,7 +836,7 @@ static int lz_stream_synchronize(void *state, int device, void *stream, devbuf_e
 static int lz_mem_alloc(void *state, int device, size_t size, size_t alignment, void *stream,
                         void **ptr, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
+  lz_device *d = NULL;
   ze_device_mem_alloc_desc_t desc;
   ze_result_t r;
   int rc;
@@ -858,7 +863,7 @@ static int lz_mem_alloc(void *state, int device, size_t size, size_t alignment, 
 
 static int lz_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
+  lz_device *d = NULL;
   ze_result_t r;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
@@ -866,7 +871,7 @@ static int lz_mem_free(void *state, int device, void *ptr, void *stream, devbuf_
   /* zeMemFree is immediate: wait for the stream the free is ordered on, so
    * that work already queued there is done with the memory. */
   {
-    lz_stream *s;
+    lz_stream *s = NULL;
     rc = lz_stream_get(st, d, device, stream, &s, "mem_free", err);
     if (rc == DEVBUF_OK) rc = lz_stream_wait_host(st, s, err);
     if (rc != DEVBUF_OK) return rc;
@@ -878,7 +883,7 @@ static int lz_mem_free(void *state, int device, void *ptr, void *stream, devbuf_
 
 static int lz_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
+  lz_device *d = NULL;
   ze_host_mem_alloc_desc_t desc;
   ze_result_t r;
   int rc;
@@ -898,7 +903,7 @@ static int lz_host_alloc(void *state, int device, size_t size, void **ptr, devbu
 
 static int lz_host_free(void *state, int device, void *ptr, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
+  lz_device *d = NULL;
   ze_result_t r;
   int rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
@@ -915,8 +920,8 @@ static int lz_host_free(void *state, int device, void *ptr, devbuf_error *err) {
 static int lz_copy(lz_state *st, int device, void *stream, void *dst, size_t dst_offset,
                    const void *src, size_t src_offset, size_t nbytes, const char *what,
                    devbuf_error *err) {
-  lz_device *d;
-  lz_stream *s;
+  lz_device *d = NULL;
+  lz_stream *s = NULL;
   ze_result_t r;
   uintptr_t to = (uintptr_t)dst, from = (uintptr_t)src;
   const char *op = "zeCommandListAppendMemoryCopy";
@@ -964,7 +969,7 @@ static int lz_copy_d2d(void *state, int device, void *dst, size_t dst_offset, co
 
 static int lz_event_create(void *state, int device, void **event, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
+  lz_device *d = NULL;
   lz_event *e = NULL;
   int rc;
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_create: NULL event");
@@ -1007,9 +1012,9 @@ static int lz_event_get(lz_state *st, int device, void *event, int foreign_ok, c
 
 static int lz_event_destroy(void *state, int device, void *event, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_event *e;
-  ze_event_handle_t raw;
+  lz_device *d = NULL;
+  lz_event *e = NULL;
+  ze_event_handle_t raw = NULL;
   ze_result_t r;
   int rc = lz_event_get(st, device, event, 0, "event_destroy", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
@@ -1022,10 +1027,10 @@ static int lz_event_destroy(void *state, int device, void *event, devbuf_error *
 static int lz_event_record(void *state, int device, void *event, void *stream,
                            devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_event *e;
-  lz_stream *s;
-  ze_event_handle_t raw;
+  lz_device *d = NULL;
+  lz_event *e = NULL;
+  lz_stream *s = NULL;
+  ze_event_handle_t raw = NULL;
   ze_result_t r;
   const char *op = "zeEventHostReset";
   int rc = lz_event_get(st, device, event, 0, "event_record", &d, &e, &raw, err);
@@ -1049,10 +1054,10 @@ static int lz_event_record(void *state, int device, void *event, void *stream,
 static int lz_stream_wait_event(void *state, int device, void *stream, void *event,
                                 devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_event *e;
-  lz_stream *s;
-  ze_event_handle_t raw;
+  lz_device *d = NULL;
+  lz_event *e = NULL;
+  lz_stream *s = NULL;
+  ze_event_handle_t raw = NULL;
   ze_result_t r;
   int rc = lz_event_get(st, device, event, 1, "stream_wait_event", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
@@ -1069,9 +1074,9 @@ static int lz_stream_wait_event(void *state, int device, void *stream, void *eve
 
 static int lz_event_synchronize(void *state, int device, void *event, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_event *e;
-  ze_event_handle_t raw;
+  lz_device *d = NULL;
+  lz_event *e = NULL;
+  ze_event_handle_t raw = NULL;
   ze_result_t r;
   int rc = lz_event_get(st, device, event, 1, "event_synchronize", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
@@ -1084,9 +1089,9 @@ static int lz_event_synchronize(void *state, int device, void *event, devbuf_err
 
 static int lz_event_query(void *state, int device, void *event, devbuf_error *err) {
   lz_state *st = state;
-  lz_device *d;
-  lz_event *e;
-  ze_event_handle_t raw;
+  lz_device *d = NULL;
+  lz_event *e = NULL;
+  ze_event_handle_t raw = NULL;
   ze_result_t r;
   int rc = lz_event_get(st, device, event, 1, "event_query", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
@@ -1106,8 +1111,8 @@ static int lz_device_info_export(void *state, const char *identifier, int device
                                  size_t *size, devbuf_error *err) {
   lz_state *st = state;
   devbuf_device_info info;
-  lz_device *d;
-  lz_stream *s;
+  lz_device *d = NULL;
+  lz_stream *s = NULL;
   ze_event_handle_t raw = NULL;
   int rc;
   if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
@@ -1130,8 +1135,8 @@ static int lz_device_info_export(void *state, const char *identifier, int device
   rc = lz_stream_get(st, d, device, stream, &s, "device_info_export", err);
   if (rc != DEVBUF_OK) return rc;
   if (event != NULL) {
-    lz_event *own;
-    lz_device *d2;
+    lz_event *own = NULL;
+    lz_device *d2 = NULL;
     rc = lz_event_get(st, device, event, 1, "device_info_export", &d2, &own, &raw, err);
     if (rc != DEVBUF_OK) return rc;
     /* An event never recorded has nothing to wait for. */

@@ -263,7 +263,7 @@ static void default_library(void) {
     CHECK(loadable >= 0, "devices without a loadable library?");
     printf("     %d device%s\n", count, count == 1 ? "" : "s");
   } else {
-    char prefix[DEVBUF_ERROR_MESSAGE_SIZE];
+    char prefix[DEVBUF_ERROR_MESSAGE_SIZE + 64];
     CHECK(rc == DEVBUF_ENODEV, "device_count returned %d: %s", rc, err.message);
     CHECK(count == 0, "count %d on failure", count);
     CHECK(err.message[0] != '\0', "no reason given");
