@@ -210,46 +210,53 @@ static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
   return 0;
 }
 
-/* The request flags `type` supports, with the draft's conventions applied
- * (0 -> every classic flag, -1 -> PyBUF_SIMPLE only). */
+/* The per-type cache of advertised values, keyed by (type, version tag).
+ * Version tags are never reused, and CPython sets a type's tag to 0 (and
+ * hands out a new one later) whenever an attribute of it or of a base
+ * changes, so a hit on a nonzero tag is always current. Direct-mapped; one
+ * static table per translation unit, guarded by the GIL. */
+#if !defined(Py_GIL_DISABLED)
+#define DEVBUFPY__SF_CACHE 32
+typedef struct DevbufPy__sf_entry {
+  PyTypeObject *type;
+  unsigned int tag;
+  int raw;
+} DevbufPy__sf_entry;
+
+static inline DevbufPy__sf_entry *DevbufPy__SupportedFlagsSlot(PyTypeObject *type) {
+  static DevbufPy__sf_entry cache[DEVBUFPY__SF_CACHE];
+  return &cache[((size_t)(uintptr_t)type >> 5) & (DEVBUFPY__SF_CACHE - 1)];
+}
+#endif
+
+/* The draft's conventions: 0 -> every classic flag, -1 -> PyBUF_SIMPLE only. */
+static inline int DevbufPy__SupportedFromRaw(int raw) {
+  return raw == 0 ? DEVBUFPY_BUF_CLASSIC_FLAGS : raw == -1 ? PyBUF_SIMPLE : raw;
+}
+
+/* The request flags `type` supports. 0, or -1 with an exception. */
 static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supported) {
   int raw = 0;
 #if !defined(Py_GIL_DISABLED)
-  /* Direct-mapped cache keyed by (type, version tag). Version tags are
-   * never reused, and CPython resets a type's tag whenever one of its (or
-   * its bases') attributes changes, so a hit is always current. */
-  enum { DEVBUFPY__SF_CACHE = 32 };
-  static struct {
-    PyTypeObject *type;
-    unsigned int tag;
-    int raw;
-  } cache[DEVBUFPY__SF_CACHE];
-  size_t slot = ((size_t)(uintptr_t)type >> 4) & (DEVBUFPY__SF_CACHE - 1);
-  if (cache[slot].type == type && type->tp_version_tag != 0 &&
-      cache[slot].tag == type->tp_version_tag
+  DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
+  if (e->type == type && e->tag == type->tp_version_tag && e->tag != 0) {
+    *supported = DevbufPy__SupportedFromRaw(e->raw);
+    return 0;
+  }
+  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
+  if (type->tp_version_tag != 0
 #ifdef Py_TPFLAGS_VALID_VERSION_TAG
       && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
 #endif
   ) {
-    raw = cache[slot].raw;
-  } else {
-    if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
-    if (type->tp_version_tag != 0
-#ifdef Py_TPFLAGS_VALID_VERSION_TAG
-        && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
-#endif
-    ) {
-      cache[slot].type = type;
-      cache[slot].tag = type->tp_version_tag;
-      cache[slot].raw = raw;
-    }
+    e->type = type;
+    e->tag = type->tp_version_tag;
+    e->raw = raw;
   }
 #else
   if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
 #endif
-  if (raw == 0) *supported = DEVBUFPY_BUF_CLASSIC_FLAGS;
-  else if (raw == -1) *supported = PyBUF_SIMPLE;
-  else *supported = raw;
+  *supported = DevbufPy__SupportedFromRaw(raw);
   return 0;
 }
 
@@ -268,6 +275,21 @@ static inline int DevbufPy_CheckBufferSupports(PyObject *obj, int flags) {
 
 /* ---- getting and releasing -------------------------------------------------- */
 
+static inline int DevbufPy__GetBufferExRefused(PyObject *obj, int required) {
+  int supported = 0;
+  PyTypeObject *type = Py_TYPE(obj);
+  if (type->tp_as_buffer == NULL || type->tp_as_buffer->bf_getbuffer == NULL) {
+    PyErr_Format(PyExc_TypeError, "a bytes-like object is required, not '%.100s'",
+                 type->tp_name);
+    return -1;
+  }
+  if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) return -1;
+  PyErr_Format(PyExc_BufferError,
+               "%.100s does not support buffer request flags 0x%x (it advertises 0x%x in %s)",
+               type->tp_name, required & ~supported, supported, DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+  return -1;
+}
+
 /* PyObject_GetBuffer as the draft specifies it for future CPython:
  *  1. zero `flags`, `ext_flags`, `device` and `device_info`;
  *  2. refuse (BufferError) required flags the type does not advertise;
@@ -285,25 +307,22 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
   view->device_info = NULL;
   view->view.obj = NULL;
   if (required) {
-    int ok = DevbufPy_CheckBufferSupports(obj, required);
-    if (ok < 0) return -1;
-    if (ok == 0) {
-      int supported = 0;
-      if (Py_TYPE(obj)->tp_as_buffer == NULL || Py_TYPE(obj)->tp_as_buffer->bf_getbuffer == NULL) {
-        PyErr_Format(PyExc_TypeError, "a bytes-like object is required, not '%.100s'",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-      }
-      if (DevbufPy_GetBufferSupportedFlags(Py_TYPE(obj), &supported) < 0) return -1;
-      PyErr_Format(PyExc_BufferError,
-                   "%.100s does not support buffer request flags 0x%x (it advertises 0x%x in "
-                   "%s)", Py_TYPE(obj)->tp_name, required & ~supported, supported,
-                   DEVBUFPY_SUPPORTED_FLAGS_ATTR);
-      return -1;
-    }
+    /* The hot path is the cache hit of DevbufPy_GetBufferSupportedFlags,
+     * inlined; a type without the buffer protocol falls through to
+     * PyObject_GetBuffer's own TypeError. */
+    int supported;
+    PyTypeObject *type = Py_TYPE(obj);
+#if !defined(Py_GIL_DISABLED)
+    DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
+    if (e->type == type && e->tag == type->tp_version_tag && e->tag != 0)
+      supported = DevbufPy__SupportedFromRaw(e->raw);
+    else
+#endif
+    if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) return -1;
+    if (required & ~supported) return DevbufPy__GetBufferExRefused(obj, required);
   }
   if (PyObject_GetBuffer(obj, &view->view, flags) < 0) return -1;
-  if (!(flags & PyBUF_DEVICE) || !(view->flags & PyBUF_DEVICE)) {
+  if (!(view->flags & flags & PyBUF_DEVICE)) {
     /* A CPU buffer. Without PyBUF_DEVICE in the request the producer was not
      * allowed to write here; scrub anyway so nobody reads garbage. */
     view->flags &= ~PyBUF_DEVICE;

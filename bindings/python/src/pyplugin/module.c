@@ -1,0 +1,411 @@
+/* module.c: devbuf._pyplugin, the libffi layer behind devbuf.plugin.
+ *
+ * Besides the types (Table, Namespace, Closure) it holds the rules that every
+ * closure shares: how a Python exception becomes a devbuf status and message,
+ * how handles cross the boundary (ints; NULL is None), and the two
+ * in-process drivers tests and benchmarks need: the conformance suite
+ * (tests/conformance/conformance.c compiled in with its main renamed, so the
+ * very same checks run against a plugin that only exists in this process)
+ * and a timing loop over one runtime call. */
+#include "pyplugin.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+PyObject *g_registry;
+
+/* ---- handles and fields ------------------------------------------------------------ */
+
+int pp_as_handle(PyObject *o, void **out, const char *what) {
+  if (o == Py_None) {
+    *out = NULL;
+    return 0;
+  }
+  PyObject *idx = PyNumber_Index(o);
+  if (idx == NULL) {
+    PyErr_Format(PyExc_TypeError, "%s: expected an int handle or None, got %.100s", what,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  unsigned long long v = 0;
+  int bad = _PyLong_Sign(idx) < 0;
+  if (!bad) {
+    v = PyLong_AsUnsignedLongLong(idx);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      bad = 1;
+    }
+  }
+  if (bad || v > UINTPTR_MAX) {
+    PyErr_Format(PyExc_OverflowError, "%s: %R is not a pointer-sized unsigned value", what, idx);
+    Py_DECREF(idx);
+    return -1;
+  }
+  Py_DECREF(idx);
+  *out = (void *)(uintptr_t)v;
+  return 0;
+}
+
+PyObject *pp_from_handle(const void *p) {
+  if (p == NULL) Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p);
+}
+
+PyObject *pp_get_field(PyObject *obj, const char *name) {
+  PyObject *v;
+  if (PyDict_Check(obj)) return Py_XNewRef(PyDict_GetItemString(obj, name));
+  if (PyMapping_Check(obj) && !PyUnicode_Check(obj) && !PyTuple_Check(obj) && !PyList_Check(obj)) {
+    v = PyMapping_GetItemString(obj, name);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_KeyError)) PyErr_Clear();
+    return v;
+  }
+  v = PyObject_GetAttrString(obj, name);
+  if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+  return v;
+}
+
+/* ---- exceptions -> devbuf status -------------------------------------------------------- */
+
+static int status_of(PyObject *exc, int *explicit_status) {
+  *explicit_status = 0;
+  PyObject *st = PyObject_GetAttrString(exc, "status");
+  if (st == NULL) {
+    PyErr_Clear();
+  } else {
+    long v = PyLong_Check(st) ? PyLong_AsLong(st) : -1;
+    Py_DECREF(st);
+    if (v == -1 && PyErr_Occurred()) PyErr_Clear();
+    if (v > DEVBUF_OK && v <= DEVBUF_ECALLBACK) {
+      *explicit_status = 1;
+      return (int)v;
+    }
+  }
+  if (PyErr_GivenExceptionMatches(exc, PyExc_MemoryError)) return DEVBUF_ENOMEM;
+  if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
+    PyObject *no = PyObject_GetAttrString(exc, "errno");
+    long e = no && PyLong_Check(no) ? PyLong_AsLong(no) : 0;
+    Py_XDECREF(no);
+    PyErr_Clear();
+    if (e == ENOMEM) return DEVBUF_ENOMEM;
+    if (PyErr_GivenExceptionMatches(exc, PyExc_TimeoutError)) return DEVBUF_ETIMEDOUT;
+    return DEVBUF_ECALLBACK;
+  }
+  if (PyErr_GivenExceptionMatches(exc, PyExc_NotImplementedError)) return DEVBUF_ENOTSUP;
+  if (PyErr_GivenExceptionMatches(exc, PyExc_ValueError) ||
+      PyErr_GivenExceptionMatches(exc, PyExc_LookupError) ||
+      PyErr_GivenExceptionMatches(exc, PyExc_OverflowError))
+    return DEVBUF_EINVAL;
+  return DEVBUF_ECALLBACK;
+}
+
+/* "file:line" of the innermost frame of tb, into buf ("" if unknown). */
+static void where(PyObject *tb, char *buf, size_t cap) {
+  buf[0] = '\0';
+  if (tb == NULL || tb == Py_None) return;
+  Py_INCREF(tb);
+  for (;;) {
+    PyObject *next = PyObject_GetAttrString(tb, "tb_next");
+    if (next == NULL || next == Py_None) {
+      Py_XDECREF(next);
+      break;
+    }
+    Py_SETREF(tb, next);
+  }
+  PyErr_Clear();
+  PyObject *line = PyObject_GetAttrString(tb, "tb_lineno");
+  PyObject *frame = PyObject_GetAttrString(tb, "tb_frame");
+  PyObject *code = frame ? PyObject_GetAttrString(frame, "f_code") : NULL;
+  PyObject *file = code ? PyObject_GetAttrString(code, "co_filename") : NULL;
+  const char *f = file && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
+  long ln = line && PyLong_Check(line) ? PyLong_AsLong(line) : -1;
+  if (f) {
+    const char *slash = strrchr(f, '/');
+    snprintf(buf, cap, " (%s:%ld)", slash ? slash + 1 : f, ln);
+  }
+  PyErr_Clear();
+  Py_XDECREF(line);
+  Py_XDECREF(frame);
+  Py_XDECREF(code);
+  Py_XDECREF(file);
+  Py_DECREF(tb);
+}
+
+int pp_exception_to_error(const char *who, const char *op, devbuf_error *err) {
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  if (t == NULL) return devbuf_error_set(err, DEVBUF_EINTERNAL, "%s: %s failed without an exception", op, who);
+  PyErr_NormalizeException(&t, &v, &tb);
+  if (tb) PyException_SetTraceback(v, tb);
+  int explicit_status;
+  int code = status_of(v, &explicit_status);
+  PyObject *text = PyObject_Str(v);
+  const char *s = text ? PyUnicode_AsUTF8(text) : NULL;
+  if (s == NULL) {
+    PyErr_Clear();
+    s = "(the exception's str() failed)";
+  }
+  if (explicit_status) {
+    /* A deliberate status (CallbackError, devbuf.Error): its text is the message. */
+    devbuf_error_set(err, code, "%s: %s", op, s);
+  } else {
+    char loc[160];
+    where(tb, loc, sizeof loc);
+    devbuf_error_set(err, code, "%s: %s raised %s: %s%s", op, who,
+                     ((PyTypeObject *)t)->tp_name, s, loc);
+  }
+  Py_XDECREF(text);
+  Py_XDECREF(t);
+  Py_XDECREF(v);
+  Py_XDECREF(tb);
+  PyErr_Clear();
+  return code;
+}
+
+/* The devbuf exception classes, from devbuf._devbuf (imported lazily: the
+ * package imports us). */
+static PyObject *exc_class(int code) {
+  const char *name;
+  switch (code) {
+    case DEVBUF_EFORMAT: name = "FormatError"; break;
+    case DEVBUF_ENOMEM: name = "OutOfMemoryError"; break;
+    case DEVBUF_EINVAL:
+    case DEVBUF_EINTERNAL:
+    case DEVBUF_ECALLBACK:
+    case DEVBUF_EEXIST: name = "Error"; break;
+    default: name = "PluginError"; break;
+  }
+  PyObject *m = PyImport_ImportModule("devbuf._devbuf");
+  if (m == NULL) {
+    PyErr_Clear();
+    return Py_NewRef(PyExc_RuntimeError);
+  }
+  PyObject *cls = PyObject_GetAttrString(m, name);
+  Py_DECREF(m);
+  if (cls == NULL) {
+    PyErr_Clear();
+    return Py_NewRef(PyExc_RuntimeError);
+  }
+  return cls;
+}
+
+PyObject *pp_raise(const devbuf_error *err) {
+  int code = err && err->code ? err->code : DEVBUF_EINTERNAL;
+  const char *msg = err && err->message[0] ? err->message : "devbuf: unknown error (no message)";
+  PyObject *cls = exc_class(code);
+  PyObject *exc = PyObject_CallFunction(cls, "s", msg);
+  if (exc != NULL) {
+    PyObject *name = PyUnicode_FromString(devbuf_status_name(code));
+    PyObject *num = PyLong_FromLong(code);
+    if (name && num) {
+      PyObject_SetAttrString(exc, "code", name);
+      PyObject_SetAttrString(exc, "status", num);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(num);
+    PyErr_Clear();
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+  }
+  Py_DECREF(cls);
+  return NULL;
+}
+
+/* ---- module functions ----------------------------------------------------------------- */
+
+static PyObject *m_address_of(PyObject *self, PyObject *obj) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+  void *p = view.buf;
+  PyBuffer_Release(&view);
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p);
+}
+
+static PyObject *m_live_closures(PyObject *self, PyObject *unused) {
+  return PyLong_FromLong(atomic_load(&pp_live_closures));
+}
+
+static PyObject *m_set_finalizing(PyObject *self, PyObject *unused) {
+  atomic_store(&pp_finalizing, 1);
+  Py_RETURN_NONE;
+}
+
+static PyObject *m_status_name(PyObject *self, PyObject *arg) {
+  long c = PyLong_AsLong(arg);
+  if (c == -1 && PyErr_Occurred()) return NULL;
+  return PyUnicode_FromString(devbuf_status_name((int)c));
+}
+
+/* tests/conformance/conformance.c, compiled into this module with
+ * -Dmain=devbuf_conformance_main (see pyplugin.cmake). */
+int devbuf_conformance_main(int argc, char **argv);
+
+static pthread_mutex_t conformance_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* run_conformance([args...]) -> (exit status, output). The suite prints to
+ * stdout; fd 1 is pointed at a temporary file for the run. One run at a
+ * time (the suite keeps its context in statics). */
+static PyObject *m_run_conformance(PyObject *self, PyObject *arglist) {
+  PyObject *seq = PySequence_Fast(arglist, "run_conformance: expected a list of str");
+  if (seq == NULL) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  char **argv = PyMem_RawCalloc((size_t)n + 2, sizeof *argv);
+  PyObject *result = NULL;
+  int rc = 0;
+  FILE *tmp = NULL;
+  if (argv == NULL) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  argv[0] = "devbuf_conformance";
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+    const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+    if (s == NULL) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "run_conformance: arguments must be str");
+      goto out;
+    }
+    argv[i + 1] = (char *)s; /* kept alive by seq */
+  }
+  tmp = tmpfile();
+  if (tmp == NULL) {
+    PyErr_SetFromErrno(PyExc_OSError);
+    goto out;
+  }
+  int saved = -1, redirect_ok = 0;
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&conformance_lock);
+  fflush(stdout);
+  saved = dup(STDOUT_FILENO);
+  if (saved >= 0 && dup2(fileno(tmp), STDOUT_FILENO) >= 0) {
+    redirect_ok = 1;
+    rc = devbuf_conformance_main((int)n + 1, argv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+  }
+  if (saved >= 0) close(saved);
+  pthread_mutex_unlock(&conformance_lock);
+  Py_END_ALLOW_THREADS
+  if (!redirect_ok) {
+    PyErr_SetFromErrno(PyExc_OSError);
+    goto out;
+  }
+  long size = (fseek(tmp, 0, SEEK_END) == 0) ? ftell(tmp) : -1;
+  if (size < 0 || fseek(tmp, 0, SEEK_SET) != 0) {
+    PyErr_SetFromErrno(PyExc_OSError);
+    goto out;
+  }
+  char *text = PyMem_RawMalloc((size_t)size + 1);
+  if (text == NULL) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  size_t got = fread(text, 1, (size_t)size, tmp);
+  result = Py_BuildValue("(iN)", rc, PyUnicode_DecodeUTF8(text, (Py_ssize_t)got, "replace"));
+  PyMem_RawFree(text);
+out:
+  if (tmp) fclose(tmp);
+  PyMem_RawFree(argv);
+  Py_DECREF(seq);
+  return result;
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* _bench(spec, op, n) -> ns per call of one runtime call on device `spec`,
+ * in a C loop with the GIL released. op: "event_query" (on a fresh event),
+ * "stream_synchronize" (default stream) or "device_props". */
+static PyObject *m_bench(PyObject *self, PyObject *args) {
+  const char *spec, *op;
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "ssn:_bench", &spec, &op, &n)) return NULL;
+  if (n <= 0) {
+    PyErr_SetString(PyExc_ValueError, "n must be positive");
+    return NULL;
+  }
+  int which = strcmp(op, "event_query") == 0          ? 0
+              : strcmp(op, "stream_synchronize") == 0 ? 1
+              : strcmp(op, "device_props") == 0       ? 2
+                                                      : -1;
+  if (which < 0) {
+    PyErr_Format(PyExc_ValueError, "unknown op '%s'", op);
+    return NULL;
+  }
+  devbuf_device dev;
+  devbuf_error err;
+  devbuf_device_props props;
+  void *ev = NULL;
+  int rc;
+  double t0 = 0, t1 = 0;
+  devbuf_error_clear(&err);
+  Py_BEGIN_ALLOW_THREADS
+  rc = devbuf_device_open(spec, &dev, &err);
+  if (rc == DEVBUF_OK && which == 0) rc = devbuf_event_create(&dev, &ev, &err);
+  if (rc == DEVBUF_OK) {
+    t0 = now_ns();
+    for (Py_ssize_t i = 0; i < n && rc == DEVBUF_OK; i++) {
+      if (which == 0) rc = devbuf_event_query(&dev, ev, &err);
+      else if (which == 1) rc = devbuf_stream_synchronize(&dev, NULL, &err);
+      else rc = devbuf_device_props_get(&dev, &props, &err);
+    }
+    t1 = now_ns();
+  }
+  if (ev) devbuf_event_destroy(&dev, ev, NULL);
+  Py_END_ALLOW_THREADS
+  if (rc != DEVBUF_OK) return pp_raise(&err);
+  return PyFloat_FromDouble((t1 - t0) / (double)n);
+}
+
+static PyMethodDef methods[] = {
+    {"address_of", m_address_of, METH_O,
+     "address_of(buffer) -> int: the address of an object's buffer (valid while the object "
+     "neither moves nor resizes its memory)."},
+    {"ext_functions", pp_ext_functions, METH_O,
+     "ext_functions(plugin) -> list of dicts (name, signature, doc, valid, error, plugin)."},
+    {"call_ext", pp_call_ext, METH_VARARGS, "call_ext(plugin, name, *args): call through libffi."},
+    {"check_signature", pp_check_signature, METH_VARARGS,
+     "check_signature(sig) -> dict; ValueError naming the bad byte."},
+    {"run_conformance", m_run_conformance, METH_O,
+     "run_conformance([args]) -> (exit status, output): the devbuf_conformance suite, in "
+     "this process."},
+    {"_bench", m_bench, METH_VARARGS, "_bench(spec, op, n) -> ns per call (C loop, GIL released)."},
+    {"_live_closures", m_live_closures, METH_NOARGS, "closures armed now (leak checks)."},
+    {"_set_finalizing", m_set_finalizing, METH_NOARGS,
+     "from now on closures answer without entering Python (atexit)."},
+    {"_shutdown_all", pp_shutdown_all, METH_NOARGS,
+     "unregister every table and namespace that can be; returns how many stayed."},
+    {"status_name", m_status_name, METH_O, "status_name(code) -> 'DEVBUF_E...'."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "devbuf._pyplugin",
+    "libffi closures: plugin tables, dtype namespaces and extension functions written in "
+    "Python. Use it through devbuf.plugin.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__pyplugin(void) {
+  PyObject *m = PyModule_Create(&moddef);
+  if (m == NULL) return NULL;
+  if (PyType_Ready(&PpClosure_Type) < 0) goto fail;
+  g_registry = PyDict_New();
+  if (g_registry == NULL) goto fail;
+  if (PyModule_AddObjectRef(m, "_registry", g_registry) < 0) goto fail;
+  if (PyModule_AddObjectRef(m, "Closure", (PyObject *)&PpClosure_Type) < 0) goto fail;
+  if (pp_table_init(m) < 0 || pp_namespace_init(m) < 0) goto fail;
+#ifdef PP_FFI_VERSION /* from pkg-config, set by pyplugin.cmake */
+  if (PyModule_AddStringConstant(m, "ffi_version", PP_FFI_VERSION) < 0) goto fail;
+#endif
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}
