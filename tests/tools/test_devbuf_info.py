@@ -397,6 +397,21 @@ def case_format_bad():
           r.both)
 
 
+def case_chatty_plugin():
+    """A plugin that prints to stdout must not corrupt the output."""
+    for argv in ([], ["--isolate"]):
+        p, doc = run_json(argv + ["--plugin", args.chatty], EMPTY)
+        check(p.returncode == 0, "%s: exit 0" % argv, p.both)
+        validate(doc)
+        check([d["device"] for d in doc["devices"]] == ["test.chatty:0"], "%s: device" % argv)
+        check("hello from init" not in p.stdout and "probing (" not in p.stdout, "%s: plugin output kept off stdout" % argv, p.stdout)
+        check("chatty: hello from init" in p.stderr, "%s: it went to stderr" % argv, p.stderr)
+        check("chatty: probing (write to fd 1)" in p.stderr, "%s: fd 1 writes too" % argv,
+              p.stderr)
+    t = run(["-l", "--plugin", args.chatty], EMPTY)
+    check(t.stdout.startswith("chatty 0.0.1: 1 device"), "-l output clean", t.stdout)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
@@ -406,6 +421,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--broken-dir", required=True)
     ap.add_argument("--schema", required=True)
+    ap.add_argument("--chatty", required=True, help="tests/tools/chatty_plugin.c, built")
     ap.add_argument("case", choices=sorted(CASES))
     args = ap.parse_args()
     try:

@@ -169,7 +169,18 @@ static int info_main(int argc, char **argv, const char **extra) {
   info_model m;
   devbuf_error err;
   devbuf_error_clear(&err);
-  if (info_collect(&m, &o, &err) != DEVBUF_OK) {
+  /* Drivers sometimes print. While plugins load and probe, their stdout goes
+   * to stderr, so that it can never corrupt the listing or the JSON. */
+  fflush(stdout);
+  int saved_stdout = dup(STDOUT_FILENO);
+  if (saved_stdout >= 0) dup2(STDERR_FILENO, STDOUT_FILENO);
+  int crc = info_collect(&m, &o, &err);
+  fflush(stdout); /* what a plugin left in stdio's buffer goes to stderr too */
+  if (saved_stdout >= 0) {
+    dup2(saved_stdout, STDOUT_FILENO);
+    close(saved_stdout);
+  }
+  if (crc != DEVBUF_OK) {
     fprintf(stderr, "devbuf-info: %s\n", err.message);
     info_model_free(&m);
     return INFO_EXIT_INTERNAL;
