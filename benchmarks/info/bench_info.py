@@ -85,9 +85,23 @@ def main():
         ("devbuf-info --json", [info, "--json"], env),
         ("devbuf-info -l", [info, "-l"], env),
         ("devbuf-info --isolate", [info, "--isolate"], env),
+        ("devbuf-info --no-probe", [info, "--no-probe"], env),
         ("devbuf-info, no plugins", [info],
          dict(env, DEVBUF_NO_DEFAULT_PLUGINS="1")),
     ]
+    # One plugin at a time, to see where the time goes.
+    plugdir = None
+    for e in doc["search_path"]:
+        if e["source"] in ("build tree", "install") and e["exists"]:
+            plugdir = e["path"]
+    single = []
+    for name in ALL_PLUGINS:
+        f = os.path.join(plugdir or "", "devbuf_plugin_%s.so" % name)
+        if plugdir and os.path.exists(f):
+            label = "only %s" % name
+            single.append(label)
+            cmds.append((label, [info], dict(env, DEVBUF_NO_DEFAULT_PLUGINS="1",
+                                             DEVBUF_PLUGINS=f)))
     clinfo = shutil.which("clinfo")
     if clinfo:
         cmds.append(("clinfo -l", [clinfo, "-l"], env))
@@ -135,10 +149,22 @@ def main():
                  "| exit |")
     lines.append("|---|---:|---:|---:|---:|---:|")
     for name, _, _ in cmds:
+        if name in single:
+            continue
         lines.append("| `%s` | %.1f | %.1f | %.1f | %.2fx | %d |" %
                      (name, med(name), p90(name), statistics.median(cpu[name]),
                       med(name) / base, codes[name]))
     lines.append("")
+    if single:
+        lines.append("Where the time goes: `devbuf-info` with one plugin at a time "
+                     "(`DEVBUF_NO_DEFAULT_PLUGINS=1 DEVBUF_PLUGINS=<plugin>`):")
+        lines.append("")
+        lines.append("| plugin | wall median ms | CPU median ms |")
+        lines.append("|---|---:|---:|")
+        for name in single:
+            lines.append("| %s | %.1f | %.1f |" % (name[5:], med(name),
+                                                   statistics.median(cpu[name])))
+        lines.append("")
     verdict = "meets" if base < 50 else "MISSES"
     lines.append("Result: `devbuf-info` takes %.1f ms (%s the 50 ms goal); `--json` %.1f ms. "
                  "Process start alone (`/bin/true`) is %.1f ms, so devbuf-info itself costs "

@@ -412,6 +412,28 @@ def case_chatty_plugin():
     check(t.stdout.startswith("chatty 0.0.1: 1 device"), "-l output clean", t.stdout)
 
 
+def case_no_probe():
+    """--no-probe starts no driver: even a plugin that crashes when probed is safe."""
+    env = {"DEVBUF_PLUGINS": broken("crash_probe") + ":" + broken("hang_probe")}
+    p, doc = run_json(["--no-probe"], env, timeout=20)
+    check(p.returncode == 0, "--no-probe: exit 0 (got %d)" % p.returncode, p.both)
+    validate(doc)
+    check(doc["options"]["probe"] is False, "options.probe false")
+    check(doc["devices"] == [], "no devices listed")
+    for pl in doc["plugins"]:
+        check(pl["status"] == "not_probed" and pl["probe"]["status"] == "not_probed",
+              "%s not probed" % pl["name"])
+        check(pl["device_count"] is None, "%s: device_count null" % pl["name"])
+    check({"broken18", "broken19", "cpu"} <= {pl["name"] for pl in doc["plugins"]},
+          "plugins still listed")
+    t = run(["--no-probe"], env, timeout=20)
+    check(t.returncode == 0 and "no driver was started" in t.stdout, "text says so", t.both)
+    check("test.kind18" in t.stdout, "identifiers still listed", t.stdout)
+    b = run(["--no-probe", "--isolate"], env)
+    check(b.returncode == 2 and "cannot be combined" in b.stderr, "--no-probe --isolate: usage",
+          b.both)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

@@ -395,6 +395,7 @@ static int probe_isolated(info_model *m, double timeout_s, devbuf_error *err) {
 int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
   memset(m, 0, sizeof *m);
   m->isolate = o->isolate;
+  m->no_probe = o->no_probe;
   m->timeout_s = o->timeout_s;
   m->version = devbuf_version();
   devbuf_abi_version(&m->abi_major, &m->abi_minor);
@@ -445,7 +446,9 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
   m->nidents = k;
 
   double t0 = now_ms();
-  if (o->isolate) {
+  if (o->no_probe) {
+    /* Nothing heavy unless asked: statuses stay "not probed". */
+  } else if (o->isolate) {
     rc = probe_isolated(m, o->timeout_s, err);
     if (rc != DEVBUF_OK) return rc;
   } else {

@@ -23,7 +23,7 @@
 
 /* How the devices of one plugin were (or were not) found. */
 enum info_probe {
-  INFO_PROBE_NOT_LOADED = 0, /* plugin failed to load: not probed */
+  INFO_PROBE_NOT_LOADED = 0, /* not probed: the plugin failed to load, or --no-probe */
   INFO_PROBE_OK = 1,         /* device_count succeeded with >= 1 device */
   INFO_PROBE_NO_DEVICE = 2,  /* DEVBUF_ENODEV: the normal "no hardware" answer */
   INFO_PROBE_ERROR = 3,      /* device_count failed with another code */
@@ -69,6 +69,7 @@ typedef struct info_dtype {
 typedef struct info_options {
   int verbose;
   int isolate;
+  int no_probe;                /* --no-probe: start no driver */
   double timeout_s;
   int json;
   int list;
@@ -95,6 +96,7 @@ typedef struct info_model {
   info_dtype *dtypes;
   int have_dtypes;                 /* 0 when built without the format engine */
   int isolate;
+  int no_probe;
   double timeout_s;
   double probe_ms;                 /* wall time spent probing devices */
 } info_model;

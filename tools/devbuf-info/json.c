@@ -187,8 +187,10 @@ void info_print_json(FILE *out, const info_model *m, const info_options *o, int 
   fputs("  \"runtime\": {", out);
   kv_str(out, "version", m->version, 1);
   fprintf(out, "\"abi\": {\"major\": %d, \"minor\": %d}},\n", m->abi_major, m->abi_minor);
-  fprintf(out, "  \"options\": {\"isolate\": %s, \"timeout_s\": %g, \"extra_plugins\": [",
-          bool_str(m->isolate), m->timeout_s);
+  fprintf(out,
+          "  \"options\": {\"isolate\": %s, \"probe\": %s, \"timeout_s\": %g, "
+          "\"extra_plugins\": [",
+          bool_str(m->isolate), bool_str(!m->no_probe), m->timeout_s);
   for (size_t i = 0; i < o->nextra; i++) {
     if (i) fputs(", ", out);
     info_json_string(out, o->extra_plugins[i]);

@@ -25,6 +25,8 @@ static const char usage_text[] =
     "      --isolate         probe each plugin's devices in a child process, so a\n"
     "                        driver that crashes or hangs is reported, not fatal\n"
     "      --timeout SECS    with --isolate: how long a probe may take (default 5)\n"
+    "      --no-probe        list plugins and identifiers without starting any\n"
+    "                        driver (no devices; fast)\n"
     "      --color WHEN      auto (default: only on a terminal, unless NO_COLOR is\n"
     "                        set), always or never\n"
     "      --mode MODE       format: default, struct (CPython struct rules) or numpy\n"
@@ -63,7 +65,7 @@ static int output_width(void) {
   return 80;
 }
 
-enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE };
+enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE, OPT_NO_PROBE };
 
 static int info_main(int argc, char **argv, const char **extra) {
   static const struct option longopts[] = {
@@ -75,6 +77,7 @@ static int info_main(int argc, char **argv, const char **extra) {
       {"color", required_argument, NULL, OPT_COLOR},
       {"colour", required_argument, NULL, OPT_COLOR},
       {"mode", required_argument, NULL, OPT_MODE},
+      {"no-probe", no_argument, NULL, OPT_NO_PROBE},
       {NULL, 0, NULL, 0}};
   info_options o;
   memset(&o, 0, sizeof o);
@@ -106,6 +109,7 @@ static int info_main(int argc, char **argv, const char **extra) {
         o.extra_plugins[o.nextra++] = optarg;
         break;
       case OPT_ISOLATE: o.isolate = 1; break;
+      case OPT_NO_PROBE: o.no_probe = 1; break;
       case OPT_TIMEOUT: {
         char *end = NULL;
         errno = 0;
@@ -157,12 +161,15 @@ static int info_main(int argc, char **argv, const char **extra) {
     if (optind + 1 >= argc) return usage_error("format: missing the format STRING%s", "");
     if (optind + 2 < argc)
       return usage_error("format: one STRING only (quote it); unexpected '%s'", argv[optind + 2]);
-    if (o.list || o.isolate || o.nextra || timeout_given)
-      return usage_error("format: -l, --isolate, --timeout and --plugin do not apply%s", "");
+    if (o.list || o.isolate || o.nextra || timeout_given || o.no_probe)
+      return usage_error("format: -l, --isolate, --timeout, --no-probe and --plugin do not "
+                         "apply%s", "");
     return info_format_command(stdout, stderr, argv[optind + 1], mode ? mode : "default", &o);
   }
   if (mode) return usage_error("--mode applies only to the format command%s", "");
   if (o.list && o.json) return usage_error("--list and --json cannot be combined%s", "");
+  if (o.no_probe && o.isolate)
+    return usage_error("--no-probe and --isolate cannot be combined%s", "");
   if (timeout_given && !o.isolate)
     return usage_error("--timeout limits --isolate probes; add --isolate%s", "");
 

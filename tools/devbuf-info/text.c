@@ -134,7 +134,7 @@ static const char *status_text(const info_plugin *p, int *color) {
     case INFO_PROBE_CRASHED: *color = C_RED; return "crashed";
     case INFO_PROBE_TIMED_OUT: *color = C_RED; return "timed out";
     case INFO_PROBE_CHILD_FAILED: *color = C_RED; return "probe err";
-    default: *color = C_DIM; return "-";
+    default: *color = C_DIM; return "loaded";
   }
 }
 
@@ -211,6 +211,8 @@ static void print_header(FILE *out, const info_model *m, const info_options *o) 
   if (m->isolate)
     fprintf(out, "  devices probed in separate processes (--isolate, timeout %g s)\n",
             m->timeout_s);
+  if (m->no_probe)
+    fprintf(out, "  devices not probed (--no-probe): no driver was started\n");
 }
 
 static void print_search(FILE *out, const info_model *m, const info_options *o) {
@@ -424,7 +426,8 @@ static void print_devices(FILE *out, const info_model *m, const info_options *o)
   snprintf(title, sizeof title, "Devices: %zu", total);
   section(out, title);
   if (total == 0) {
-    fprintf(out, "  (none: the plugins above say why)\n");
+    fprintf(out, m->no_probe ? "  (not probed: run without --no-probe to list devices)\n"
+                             : "  (none: the plugins above say why)\n");
     return;
   }
   int dw = 8;
@@ -601,7 +604,9 @@ void info_print_list(FILE *out, const info_model *m, const info_options *o) {
     status_text(p, &c);
     fprintf(out, "%s%s%s %s: ", col(C_BOLD), display_name(p, nbuf, sizeof nbuf), col(C_RESET),
             p->pi.version ? p->pi.version : "-");
-    if (p->probe == INFO_PROBE_OK) {
+    if (p->probe == INFO_PROBE_NOT_LOADED && p->pi.state == DEVBUF_PLUGIN_LOADED) {
+      fprintf(out, "loaded, devices not probed\n");
+    } else if (p->probe == INFO_PROBE_OK) {
       fprintf(out, "%s%d device%s%s\n", col(c), p->device_count, p->device_count == 1 ? "" : "s",
               col(C_RESET));
       for (size_t d = 0; d < p->ndevices; d++) {
