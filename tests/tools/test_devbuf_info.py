@@ -370,6 +370,12 @@ def case_format_good():
     t = run(["format", "[nosuchns$x;struct$<hh]"], EMPTY)
     check("chosen" in t.stdout and "no namespace 'nosuchns'" in t.stdout,
           "text names the chosen and the unknown alternative", t.stdout)
+    # Behind a pointer: no offset in the item.
+    v, doc = run_json(["format", "c&T{i:a:}"], EMPTY)
+    validate(doc)
+    ptr = doc["fields"][1]
+    check(ptr["kind"] == "pointer" and ptr["absolute_offset"] == 8, "pointer at 8")
+    check(ptr["pointee"]["absolute_offset"] is None, "pointee has no offset in the item")
     u = run(["--mode", "struct", "format", "<iT{h:a:}"], EMPTY)
     check(u.returncode == 3, "struct mode refuses T{} (exit 3)", u.both)
 

@@ -115,14 +115,17 @@ static void code_text(const devbuf_format_field *f, char *buf, size_t cap) {
     snprintf(buf, cap, "%llut", (unsigned long long)f->count);
 }
 
-static void text_field(FILE *out, const devbuf_format_field *f, int depth, int width) {
+/* `deref`: f describes memory behind a pointer (a pointee or a function's
+ * signature), not bytes of the item, so it has no offset in the item. */
+static void text_field(FILE *out, const devbuf_format_field *f, int depth, int width, int deref) {
   for (; f; f = f->next) {
-    char code[64], what[256];
+    char code[64], what[256], off[32];
     code_text(f, code, sizeof code);
     describe(f, what, sizeof what);
-    int used = fprintf(out, "  %8llu %6llu %5u  %*s%-6s %-8s ", (unsigned long long)abs_offset(f),
-                       (unsigned long long)f->size, f->alignment, depth * 2, "", code,
-                       f->name ? f->name : "-");
+    if (deref) snprintf(off, sizeof off, "*");
+    else snprintf(off, sizeof off, "%llu", (unsigned long long)abs_offset(f));
+    int used = fprintf(out, "  %8s %6llu %5u  %*s%-6s %-8s ", off, (unsigned long long)f->size,
+                       f->alignment, depth * 2, "", code, f->name ? f->name : "-");
     info_wrap(out, what, used, 2 + 8 + 1 + 6 + 1 + 5 + 2 + depth * 2 + 4, width);
     if (f->kind == DEVBUF_FIELD_CUSTOM && f->custom) {
       const devbuf_format_custom *c = f->custom;
@@ -152,16 +155,17 @@ static void text_field(FILE *out, const devbuf_format_field *f, int depth, int w
         info_wrap(out, line, u, u + 2, width);
       }
     }
-    if (f->children) text_field(out, f->children, depth + 1, width);
-    if (f->pointee) text_field(out, f->pointee, depth + 1, width);
+    int inner = deref || f->kind == DEVBUF_FIELD_FUNCTION;
+    if (f->children) text_field(out, f->children, depth + 1, width, inner);
+    if (f->pointee) text_field(out, f->pointee, depth + 1, width, 1);
   }
 }
 
 /* ---- JSON ------------------------------------------------------------------- */
 
-static void json_fields(FILE *out, const devbuf_format_field *f);
+static void json_fields(FILE *out, const devbuf_format_field *f, int deref);
 
-static void json_field(FILE *out, const devbuf_format_field *f) {
+static void json_field(FILE *out, const devbuf_format_field *f, int deref) {
   char what[256];
   describe(f, what, sizeof what);
   static const char *const kinds[] = {"scalar", "padding", "struct", "pointer",
@@ -170,12 +174,14 @@ static void json_field(FILE *out, const devbuf_format_field *f) {
   info_json_string(out, f->name);
   fprintf(out, ", \"kind\": \"%s\", \"code\": ", f->kind < 7 ? kinds[f->kind] : "?");
   info_json_string(out, f->code);
+  char abs[32];
+  if (deref) snprintf(abs, sizeof abs, "null");
+  else snprintf(abs, sizeof abs, "%llu", (unsigned long long)abs_offset(f));
   fprintf(out,
-          ", \"offset\": %llu, \"absolute_offset\": %llu, \"size\": %llu, \"elem_size\": %llu, "
+          ", \"offset\": %llu, \"absolute_offset\": %s, \"size\": %llu, \"elem_size\": %llu, "
           "\"count\": %llu, \"alignment\": %u, \"byteorder\": \"%c\", \"big_endian\": %s, "
           "\"shape\": [",
-          (unsigned long long)f->offset, (unsigned long long)abs_offset(f),
-          (unsigned long long)f->size, (unsigned long long)f->elem_size,
+          (unsigned long long)f->offset, abs, (unsigned long long)f->size, (unsigned long long)f->elem_size,
           (unsigned long long)f->count, f->alignment, f->byteorder ? f->byteorder : '@',
           f->big_endian ? "true" : "false");
   for (uint16_t d = 0; d < f->ndim; d++)
@@ -222,18 +228,18 @@ static void json_field(FILE *out, const devbuf_format_field *f) {
     fputs("null", out);
   }
   fputs(", \"children\": ", out);
-  json_fields(out, f->children);
+  json_fields(out, f->children, deref || f->kind == DEVBUF_FIELD_FUNCTION);
   fputs(", \"pointee\": ", out);
-  if (f->pointee) json_field(out, f->pointee);
+  if (f->pointee) json_field(out, f->pointee, 1);
   else fputs("null", out);
   fputc('}', out);
 }
 
-static void json_fields(FILE *out, const devbuf_format_field *f) {
+static void json_fields(FILE *out, const devbuf_format_field *f, int deref) {
   fputc('[', out);
   for (int first = 1; f; f = f->next, first = 0) {
     if (!first) fputs(", ", out);
-    json_field(out, f);
+    json_field(out, f, deref);
   }
   fputc(']', out);
 }
@@ -301,7 +307,7 @@ int info_format_command(FILE *out, FILE *errout, const char *fmt, const char *mo
             f.info & DEVBUF_FORMAT_HAS_CUSTOM ? "true" : "false",
             f.info & DEVBUF_FORMAT_HAS_POINTERS ? "true" : "false",
             f.info & DEVBUF_FORMAT_NON_NATIVE ? "true" : "false");
-    json_fields(out, f.fields);
+    json_fields(out, f.fields, 0);
     fputs(",\n  \"error\": null\n}\n", out);
   } else {
     int used = fprintf(out, "format     ");
@@ -314,7 +320,8 @@ int info_format_command(FILE *out, FILE *errout, const char *fmt, const char *mo
             (unsigned long long)f.alignment, nitems, nitems == 1 ? "" : "s",
             f.info & DEVBUF_FORMAT_NON_NATIVE ? ", not native byte order" : "");
     fprintf(out, "\n    OFFSET   SIZE ALIGN  CODE   NAME     MEANING\n");
-    text_field(out, f.fields, 0, o->width);
+    if (f.fields == NULL) fprintf(out, "  (no fields)\n");
+    text_field(out, f.fields, 0, o->width, 0);
   }
   if (canon != canon_small) free(canon);
   devbuf_format_release(&f);
