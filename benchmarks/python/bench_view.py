@@ -98,18 +98,22 @@ def main():
     mv = py["memoryview(bytearray)"]
     dv = py[f"devbuf.view(DeviceBuffer on {dev})"]
     cb = c["bytearray, PyObject_GetBuffer(RECORDS_RO)"]
+    ex_dev = c[f"DeviceBuffer on {dev}, DevbufPy_GetBufferEx(RECORDS_RO|DEVICE)"]
     ratios = {
         "view(extended) / memoryview(bytearray)": dv / mv,
-        "C raw extended export / bytearray export":
+        # the exporter's own cost: what the 1.2x goal is about
+        "C extended export / bytearray export (PyObject_GetBuffer)":
             c[f"DeviceBuffer on {dev}, PyObject_GetBuffer(RECORDS_RO|DEVICE)"] / cb,
-        "C GetBufferEx extended export / bytearray export":
-            c[f"DeviceBuffer on {dev}, DevbufPy_GetBufferEx(RECORDS_RO|DEVICE)"] / cb,
+        # plus the consumer-side backport (zeroing, required-flags check, CPU scrub)
+        "C extended export via GetBufferEx / raw bytearray export": ex_dev / cb,
+        "C GetBufferEx: extended export / bytearray":
+            ex_dev / c["bytearray, DevbufPy_GetBufferEx(RECORDS_RO|DEVICE)"],
     }
     goals = {
         "view(extended) <= 1.5x memoryview": ratios["view(extended) / memoryview(bytearray)"] <= 1.5,
         "view(extended) < 300 ns": dv < 300,
-        "C getbuffer+release <= 1.2x bytearray":
-            ratios["C GetBufferEx extended export / bytearray export"] <= 1.2,
+        "C getbuffer+release of the extended export <= 1.2x bytearray":
+            ratios["C extended export / bytearray export (PyObject_GetBuffer)"] <= 1.2,
     }
 
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, "

@@ -219,8 +219,8 @@ static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
 #define DEVBUFPY__SF_CACHE 32
 typedef struct DevbufPy__sf_entry {
   PyTypeObject *type;
-  unsigned int tag;
-  int raw;
+  unsigned int tag;  /* never 0 in a filled entry, so a reset tag never hits */
+  int supported;     /* after DevbufPy__SupportedFromRaw */
 } DevbufPy__sf_entry;
 
 static inline DevbufPy__sf_entry *DevbufPy__SupportedFlagsSlot(PyTypeObject *type) {
@@ -239,8 +239,8 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
   int raw = 0;
 #if !defined(Py_GIL_DISABLED)
   DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-  if (e->type == type && e->tag == type->tp_version_tag && e->tag != 0) {
-    *supported = DevbufPy__SupportedFromRaw(e->raw);
+  if (e->type == type && e->tag == type->tp_version_tag) {
+    *supported = e->supported;
     return 0;
   }
   if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
@@ -251,7 +251,7 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
   ) {
     e->type = type;
     e->tag = type->tp_version_tag;
-    e->raw = raw;
+    e->supported = DevbufPy__SupportedFromRaw(raw);
   }
 #else
   if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
@@ -301,10 +301,10 @@ static inline int DevbufPy__GetBufferExRefused(PyObject *obj, int required) {
  * Release with DevbufPy_BufferRelease (or PyBuffer_Release(&view->view)). */
 static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view, int flags) {
   int required = flags & PyBUF_REQUIRED_FLAGS;
+  /* device/device_info need no zeroing here: unless the producer sets
+   * PyBUF_DEVICE (and then fills them), step 4 clears them. */
   view->flags = 0;
   view->ext_flags = 0;
-  view->device = NULL;
-  view->device_info = NULL;
   view->view.obj = NULL;
   if (required) {
     /* The hot path is the cache hit of DevbufPy_GetBufferSupportedFlags,
@@ -314,14 +314,17 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
     PyTypeObject *type = Py_TYPE(obj);
 #if !defined(Py_GIL_DISABLED)
     DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-    if (e->type == type && e->tag == type->tp_version_tag && e->tag != 0)
-      supported = DevbufPy__SupportedFromRaw(e->raw);
+    if (e->type == type && e->tag == type->tp_version_tag)
+      supported = e->supported;
     else
 #endif
-    if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) return -1;
-    if (required & ~supported) return DevbufPy__GetBufferExRefused(obj, required);
+    if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) goto fail;
+    if (required & ~supported) {
+      DevbufPy__GetBufferExRefused(obj, required);
+      goto fail;
+    }
   }
-  if (PyObject_GetBuffer(obj, &view->view, flags) < 0) return -1;
+  if (PyObject_GetBuffer(obj, &view->view, flags) < 0) goto fail;
   if (!(view->flags & flags & PyBUF_DEVICE)) {
     /* A CPU buffer. Without PyBUF_DEVICE in the request the producer was not
      * allowed to write here; scrub anyway so nobody reads garbage. */
@@ -330,6 +333,10 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
     view->device_info = NULL;
   }
   return 0;
+fail:
+  view->device = NULL;
+  view->device_info = NULL;
+  return -1;
 }
 
 /* 1 if `view` (from DevbufPy_GetBufferEx) is device memory the host must not
@@ -343,7 +350,7 @@ static inline int DevbufPy_BufferIsDevice(const DevbufPy_buffer_ext *view) {
 /* Release a buffer from DevbufPy_GetBufferEx, once. Safe on a view whose
  * get failed or that was already released (view->view.obj == NULL). */
 static inline void DevbufPy_BufferRelease(DevbufPy_buffer_ext *view) {
-  if (view->view.obj != NULL) PyBuffer_Release(&view->view);
+  PyBuffer_Release(&view->view); /* a no-op when view.obj is NULL */
   view->flags = 0;
   view->device = NULL;
   view->device_info = NULL;

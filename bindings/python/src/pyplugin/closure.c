@@ -19,6 +19,19 @@
 _Atomic long pp_live_closures;
 atomic_int pp_finalizing;
 
+/* Owners whose callbacks this thread is inside, innermost last: an owner may
+ * not be unregistered from inside its own callback (unregistering waits for
+ * calls in flight, which would then wait for itself). */
+#define PP_MAX_NESTING 32
+static _Thread_local void *tl_owners[PP_MAX_NESTING];
+static _Thread_local int tl_depth;
+
+int pp_in_callback_of(void *owner) {
+  for (int i = 0; i < tl_depth && i < PP_MAX_NESTING; i++)
+    if (tl_owners[i] == owner) return 1;
+  return 0;
+}
+
 static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
   (void)cif;
   PpClosure *c = user_data;
@@ -30,7 +43,10 @@ static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *st, *sv, *stb;
     PyErr_Fetch(&st, &sv, &stb);
+    if (tl_depth < PP_MAX_NESTING) tl_owners[tl_depth] = c->owner;
+    tl_depth++;
     c->handler(c, ret, args);
+    tl_depth--;
     if (PyErr_Occurred()) /* a handler bug: report it rather than leak it into the caller */
       PyErr_WriteUnraisable(c->callable ? c->callable : Py_None);
     PyErr_Restore(st, sv, stb);

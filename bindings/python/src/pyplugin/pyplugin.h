@@ -132,6 +132,9 @@ PyObject *pp_shutdown_all(PyObject *self, PyObject *unused);
 /* The registry: key -> PpTable/PpNamespace, a strong reference while registered. */
 extern PyObject *g_registry;
 
+/* 1 if this thread is inside a callback of `owner`. */
+int pp_in_callback_of(void *owner);
+
 /* Wait, without the GIL, until *inflight drops to zero. */
 void pp_quiesce(_Atomic long *inflight);
 
