@@ -136,7 +136,8 @@ def main():
                  "GPU." % (a.runs, a.warmup))
     lines.append("")
     lines.append("- Command: `.venv/bin/python benchmarks/info/bench_info.py --build %s "
-                 "--runs %d`" % (os.path.relpath(a.build, ROOT), a.runs))
+                 "--runs %d --write-doc docs/benchmarks.md`" %
+                 (os.path.relpath(a.build, ROOT), a.runs))
     lines.append("- Machine: %s; 1-minute load average %.1f before, %.1f after (other "
                  "work on the machine inflates wall times; CPU time, user + system of the "
                  "process, is steadier)" % (machine(), load0, load1))
@@ -174,9 +175,17 @@ def main():
                   ("; `clinfo -l` takes %.1f ms, i.e. devbuf-info is %.2fx clinfo -l "
                    "while probing six plugins (PoCL included)" %
                    (med("clinfo -l"), base / med("clinfo -l"))) if clinfo else ""))
-    lines.append("Most of the time is the opencl plugin initialising PoCL (compare "
-                 "`devbuf-info, no plugins`); the GPU plugins fail fast (their vendor "
-                 "libraries are dlopen'd and missing, or report no device).")
+    if single:
+        by = sorted(single, key=lambda n: -statistics.median(cpu[n]))
+        top = ", ".join("%s %.1f ms" % (n[5:], statistics.median(cpu[n])) for n in by[:2])
+        lines.append("The time is the drivers' start-up, not the tool: the costliest probes "
+                     "(CPU) are %s, the rest take about as long as starting a process. "
+                     "`--no-probe` (no driver started) takes %.1f ms. Plugins are probed on "
+                     "parallel threads, so with idle cores the wall time approaches the "
+                     "slowest probe rather than their sum; CPU median %.1f ms vs wall %.1f ms "
+                     "shows how much parallelism this run actually got."
+                     % (top, med("devbuf-info --no-probe"),
+                        statistics.median(cpu["devbuf-info"]), base))
     text = "\n".join(lines) + "\n"
     print(text)
 
