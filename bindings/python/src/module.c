@@ -1,6 +1,7 @@
 /* module.c: devbuf._devbuf, the CPython extension behind the devbuf package.
  * Module-level functions that belong to no type, and module init. */
 #include "dbp.h"
+#include "interop.h"
 
 #include <string.h>
 
@@ -221,7 +222,7 @@ PyMODINIT_FUNC PyInit__devbuf(void) {
     goto fail;
   }
   if (dbp_device_init(m) < 0 || dbp_buffer_init(m) < 0 || dbp_view_init(m) < 0 ||
-      dbp_format_init(m) < 0 || dbp_capi_init(m) < 0)
+      dbp_format_init(m) < 0 || dbp_capi_init(m) < 0 || dbp_interop_init(m) < 0)
     goto fail;
   if (PyModule_AddIntConstant(m, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||

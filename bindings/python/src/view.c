@@ -15,6 +15,7 @@
  * fields included when the request has PyBUF_DEVICE; it cannot be released
  * while re-exported (BufferError), nor while a GIL-free operation runs on it. */
 #include "dbp.h"
+#include "interop.h" /* dbp_interop_exporter */
 
 #include <string.h>
 
@@ -41,10 +42,23 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   v->device_obj = NULL;
   v->dtype_obj = NULL;
   v->weakreflist = NULL;
+  /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
+   * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
+  PyObject *foreign = NULL;
+  if (!PyObject_CheckBuffer(obj)) {
+    foreign = dbp_interop_exporter(obj);
+    if (foreign == NULL && PyErr_Occurred()) {
+      Py_DECREF(v);
+      return NULL;
+    }
+    if (foreign != NULL) obj = foreign;
+  }
   if (DevbufPy_GetBufferEx(obj, &v->buf, VIEW_FLAGS | flags) < 0) {
+    Py_XDECREF(foreign);
     Py_DECREF(v);
     return NULL;
   }
+  Py_XDECREF(foreign); /* the export holds it */
   v->released = 0;
   v->is_device = DevbufPy_BufferIsDevice(&v->buf);
   PyObject_GC_Track(v);

@@ -1,0 +1,948 @@
+/* dlpack_import.c: memory of other libraries, as devbuf sees it.
+ *
+ * devbuf.ForeignArray holds what a producer handed over (an owning DLPack
+ * managed tensor, or a reference to a CUDA Array Interface / array
+ * interface producer) plus its validated description, and re-exports it
+ * through the extended buffer protocol: a third-party consumer built on
+ * devbuf_buffer.h accepts it like any other exporter. Host memory ("cpu",
+ * pinned) is a plain CPU buffer; device memory carries the device's
+ * identifier and a device_info whose event is what the consumer must wait
+ * on (recorded on the producer's stream when the protocol names one).
+ *
+ * devbuf.from_dlpack(obj, device=None, copy=None) and the devbuf.view()
+ * fallback build ForeignArrays; see docs/interop.md. */
+#include "interop.h"
+
+#include <string.h>
+#include <time.h>
+
+static PyObject *g_s_dlpack, *g_s_dlpack_device, *g_s_cai, *g_s_ai, *g_s_api_attr;
+
+/* ---- ForeignArray ------------------------------------------------------------- */
+
+static DbpForeign *foreign_alloc(int kind, PyObject *source) {
+  DbpForeign *f = PyObject_New(DbpForeign, &DbpForeign_Type);
+  if (f == NULL) return NULL;
+  memset((char *)f + sizeof(PyObject), 0, sizeof(DbpForeign) - sizeof(PyObject));
+  f->kind = kind;
+  f->source = Py_XNewRef(source);
+  f->desc.struct_size = sizeof f->desc;
+  return f;
+}
+
+/* Describe `t` (checked by libdevbuf) into f, keeping a copy of its shape
+ * and strides. 0, or -1 with BufferError. Takes no ownership. */
+static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
+                            DLPackVersion version) {
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (devbuf_dlpack_describe(t, dl_flags, &f->desc, &err) != DEVBUF_OK) return dbp_buffer_error(&err);
+  f->desc.version = version;
+  f->dl_flags = dl_flags;
+  f->tensor = *t;
+  int nd = t->ndim;
+  for (int i = 0; i < nd; i++) f->el_shape[i] = t->shape[i];
+  if (t->strides) {
+    for (int i = 0; i < nd; i++) f->el_strides[i] = t->strides[i];
+  } else {
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+      f->el_strides[i] = s;
+      s *= t->shape[i] > 0 ? t->shape[i] : 1; /* bounded: describe checked the extents */
+    }
+  }
+  f->tensor.shape = nd ? f->el_shape : NULL;
+  f->tensor.strides = nd ? f->el_strides : NULL;
+  f->is_host = strcmp(f->desc.identifier, "cpu") == 0;
+  if ((f->desc.flags & DEVBUF_DLPACK_HANDLE) && t->byte_offset != 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "a %s tensor with byte_offset %llu cannot be re-exported: its data is a memory "
+                 "handle, and the buffer protocol has no offset field",
+                 devbuf_dlpack_device_type_name(f->desc.dl_device_type),
+                 (unsigned long long)t->byte_offset);
+    return -1;
+  }
+  return 0;
+}
+
+DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *producer) {
+  if (m == NULL) {
+    PyErr_SetString(PyExc_BufferError, "NULL DLManagedTensorVersioned");
+    return NULL;
+  }
+  if (m->version.major != DEVBUF_DLPACK_MAJOR) {
+    PyErr_Format(PyExc_BufferError,
+                 "DLPack version %u.%u is not supported (devbuf reads major %d)",
+                 m->version.major, m->version.minor, DEVBUF_DLPACK_MAJOR);
+    return NULL;
+  }
+  DbpForeign *f = foreign_alloc(DBP_FOREIGN_DLPACK, producer);
+  if (f == NULL) return NULL;
+  if (foreign_describe(f, &m->dl_tensor, m->flags, m->version) < 0) {
+    Py_DECREF(f);
+    return NULL;
+  }
+  f->managed = m;
+  return f;
+}
+
+/* Open the tensor's device (once). */
+static int foreign_open(DbpForeign *f, devbuf_error *err) {
+  if (f->has_dev) return DEVBUF_OK;
+  int rc = devbuf_device_open2(f->desc.identifier, f->desc.ordinal, &f->dev, err);
+  if (rc == DEVBUF_OK) f->has_dev = 1;
+  return rc;
+}
+
+/* Record an event on the producer's `stream` of the tensor's device, for
+ * every later reader to wait on. */
+static int foreign_record(DbpForeign *f, void *stream, const char *what) {
+  devbuf_error err;
+  int rc;
+  devbuf_error_clear(&err);
+  if (f->is_host) return 0;
+  rc = foreign_open(f, &err);
+  void *ev = NULL;
+  if (rc == DEVBUF_OK) {
+    DBP_NOGIL(rc = devbuf_event_create(&f->dev, &ev, &err);
+              if (rc == DEVBUF_OK) rc = devbuf_event_record(&f->dev, ev, stream, &err));
+  }
+  if (rc != DEVBUF_OK) {
+    if (ev) devbuf_event_destroy(&f->dev, ev, NULL);
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s: cannot honour the producer's stream on %s:%d", what,
+             f->desc.identifier, (int)f->desc.ordinal);
+    devbuf_error_prefix(&err, prefix);
+    return dbp_fail(&err);
+  }
+  if (f->event) devbuf_event_destroy(&f->dev, f->event, NULL);
+  f->event = ev;
+  return 0;
+}
+
+/* device_info for a device export (once). A device whose plugin has no
+ * device here (no GPU) still gets the devbuf_device_info layout every
+ * devbuf.* identifier uses, as long as there is no event to carry: the view
+ * can be described, and using the memory reports the plugin's reason. */
+static int foreign_prepare_device(DbpForeign *f) {
+  if (f->info_ready) return 0;
+  devbuf_error err;
+  const char *interned = NULL;
+  size_t pidx = 0;
+  devbuf_error_clear(&err);
+  if (devbuf_identifier_lookup(f->desc.identifier, &interned, &pidx, &err) != DEVBUF_OK) {
+    devbuf_error_prefix(&err, "ForeignArray: no plugin for the tensor's device");
+    return dbp_buffer_error(&err);
+  }
+  uint32_t flags = 0;
+  if (f->desc.flags & DEVBUF_DLPACK_READONLY) flags |= DEVBUF_DEVICE_INFO_READONLY;
+  if (f->desc.flags & DEVBUF_DLPACK_HOST_ACCESSIBLE) flags |= DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
+  int rc = foreign_open(f, &err);
+  if (rc == DEVBUF_OK) {
+    size_t size = 0;
+    rc = devbuf_device_info_export(&f->dev, f->event, NULL, flags, &f->info, sizeof f->info, &size,
+                                   &err);
+    if (rc != DEVBUF_OK) {
+      devbuf_error_prefix(&err, "ForeignArray: device_info");
+      return dbp_buffer_error(&err);
+    }
+  } else if (f->event == NULL) {
+    memset(&f->info, 0, sizeof f->info);
+    f->info.info.struct_size = sizeof f->info.info;
+    f->info.info.version = DEVBUF_DEVICE_INFO_VERSION;
+    f->info.info.device_ordinal = f->desc.ordinal;
+    f->info.info.flags = flags;
+  } else {
+    devbuf_error_prefix(&err, "ForeignArray: opening the tensor's device");
+    return dbp_buffer_error(&err);
+  }
+  f->identifier = interned;
+  f->info_ready = 1;
+  return 0;
+}
+
+static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
+  const devbuf_dlpack_desc *d = &f->desc;
+  int readonly = (d->flags & DEVBUF_DLPACK_READONLY) != 0;
+  if ((flags & PyBUF_WRITABLE) && readonly) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.ForeignArray: the producer marked it read-only");
+    return -1;
+  }
+  int device_export = !f->is_host && (flags & PyBUF_DEVICE);
+  if (!f->is_host && !device_export) {
+    if (!(d->flags & DEVBUF_DLPACK_HOST_ACCESSIBLE)) {
+      PyErr_Format(PyExc_BufferError,
+                   "devbuf.ForeignArray holds %s device memory the host cannot read: request "
+                   "it with the PyBUF_DEVICE flag (devbuf.view(obj) does), or copy it with "
+                   "devbuf.view(obj).to_host()",
+                   d->identifier);
+      return -1;
+    }
+    if (f->event) { /* the host is about to read */
+      devbuf_error err;
+      int rc;
+      devbuf_error_clear(&err);
+      DBP_NOGIL(rc = devbuf_event_synchronize(&f->dev, f->event, &err));
+      if (rc != DEVBUF_OK) return dbp_fail(&err);
+    }
+  }
+  if (device_export && foreign_prepare_device(f) < 0) return -1;
+  view->buf = (char *)d->data + d->byte_offset;
+  view->obj = NULL;
+  view->len = (Py_ssize_t)(d->nitems * d->itemsize);
+  view->itemsize = (Py_ssize_t)d->itemsize;
+  view->readonly = readonly;
+  view->format = (flags & PyBUF_FORMAT) ? (char *)d->format : NULL;
+  view->ndim = d->ndim;
+  view->shape = (Py_ssize_t *)d->shape;
+  view->strides = (Py_ssize_t *)d->strides;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  int c = (d->flags & DEVBUF_DLPACK_C_CONTIGUOUS) != 0, fo = (d->flags & DEVBUF_DLPACK_F_CONTIGUOUS) != 0;
+  if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES) {
+    if (!c) {
+      PyErr_SetString(PyExc_BufferError, "devbuf.ForeignArray is not C-contiguous");
+      return -1;
+    }
+    view->strides = NULL;
+  }
+  if (((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !c) ||
+      ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !fo) ||
+      ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS && !c && !fo)) {
+    PyErr_SetString(PyExc_BufferError, "devbuf.ForeignArray does not have the requested contiguity");
+    return -1;
+  }
+  if (!(flags & PyBUF_ND)) {
+    view->ndim = 1;
+    view->shape = NULL;
+  }
+  if (device_export) DevbufPy_BufferSetDevice(view, flags, f->identifier, &f->info);
+  view->obj = Py_NewRef((PyObject *)f);
+  f->exports++;
+  return 0;
+}
+
+static void foreign_releasebuffer(DbpForeign *f, Py_buffer *view) { f->exports--; }
+
+static PyBufferProcs foreign_as_buffer = {
+    .bf_getbuffer = (getbufferproc)foreign_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)foreign_releasebuffer,
+};
+
+static void foreign_dealloc(DbpForeign *f) {
+  if (f->weakreflist) PyObject_ClearWeakRefs((PyObject *)f);
+  if (f->event && f->has_dev) devbuf_event_destroy(&f->dev, f->event, NULL);
+  void *m = f->managed;
+  f->managed = NULL;
+  /* The producer's deleter may run Python code (a decref): keep any
+   * pending exception out of its way. */
+  if (m) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (f->kind == DBP_FOREIGN_DLPACK) devbuf_dlpack_delete_versioned(m);
+    else devbuf_dlpack_delete_legacy(m);
+    PyErr_Restore(t, v, tb);
+  }
+  Py_CLEAR(f->source);
+  PyObject_Free(f);
+}
+
+static const char *kind_name(int k) {
+  switch (k) {
+    case DBP_FOREIGN_DLPACK: return "dlpack";
+    case DBP_FOREIGN_DLPACK_LEGACY: return "dlpack_legacy";
+    case DBP_FOREIGN_CAI: return "cuda_array_interface";
+    case DBP_FOREIGN_ARRAY_INTERFACE: return "array_interface";
+    default: return "?";
+  }
+}
+
+static PyObject *fget_kind(DbpForeign *f, void *c) { return PyUnicode_FromString(kind_name(f->kind)); }
+static PyObject *fget_obj(DbpForeign *f, void *c) { return Py_NewRef(f->source ? f->source : Py_None); }
+static PyObject *fget_identifier(DbpForeign *f, void *c) { return PyUnicode_FromString(f->desc.identifier); }
+static PyObject *fget_ordinal(DbpForeign *f, void *c) { return PyLong_FromLong(f->desc.ordinal); }
+static PyObject *fget_shape(DbpForeign *f, void *c) {
+  return dbp_tuple_from_ssize(f->desc.ndim, (const Py_ssize_t *)f->desc.shape);
+}
+static PyObject *fget_strides(DbpForeign *f, void *c) {
+  return dbp_tuple_from_ssize(f->desc.ndim, (const Py_ssize_t *)f->desc.strides);
+}
+static PyObject *fget_format(DbpForeign *f, void *c) { return PyUnicode_FromString(f->desc.format); }
+static PyObject *fget_readonly(DbpForeign *f, void *c) {
+  return PyBool_FromLong((f->desc.flags & DEVBUF_DLPACK_READONLY) != 0);
+}
+static PyObject *fget_is_copied(DbpForeign *f, void *c) {
+  return PyBool_FromLong((f->desc.flags & DEVBUF_DLPACK_IS_COPIED) != 0);
+}
+static PyObject *fget_ptr(DbpForeign *f, void *c) {
+  return PyLong_FromVoidPtr((char *)f->desc.data + f->desc.byte_offset);
+}
+static PyObject *fget_dl_device(DbpForeign *f, void *c) {
+  return Py_BuildValue("(ii)", (int)f->desc.dl_device_type, (int)f->desc.dl_device_id);
+}
+static PyObject *fget_dl_dtype(DbpForeign *f, void *c) {
+  return Py_BuildValue("(iii)", (int)f->desc.dtype.code, (int)f->desc.dtype.bits,
+                       (int)f->desc.dtype.lanes);
+}
+static PyObject *fget_version(DbpForeign *f, void *c) {
+  if (f->kind != DBP_FOREIGN_DLPACK) Py_RETURN_NONE;
+  return Py_BuildValue("(II)", f->desc.version.major, f->desc.version.minor);
+}
+static PyObject *fget_exports(DbpForeign *f, void *c) { return PyLong_FromSsize_t(f->exports); }
+static PyObject *fget_event(DbpForeign *f, void *c) {
+  if (f->event == NULL) Py_RETURN_NONE;
+  return PyLong_FromVoidPtr(f->event);
+}
+
+static PyGetSetDef foreign_getset[] = {
+    {"kind", (getter)fget_kind, NULL,
+     "how it was imported: 'dlpack', 'dlpack_legacy', 'cuda_array_interface', 'array_interface'",
+     NULL},
+    {"obj", (getter)fget_obj, NULL, "the producer (kept alive), or None", NULL},
+    {"identifier", (getter)fget_identifier, NULL, "devbuf device identifier", NULL},
+    {"ordinal", (getter)fget_ordinal, NULL, "device ordinal", NULL},
+    {"shape", (getter)fget_shape, NULL, "items per dimension", NULL},
+    {"strides", (getter)fget_strides, NULL, "byte strides", NULL},
+    {"format", (getter)fget_format, NULL, "buffer-protocol format of one item", NULL},
+    {"readonly", (getter)fget_readonly, NULL, "True if the producer forbids writes", NULL},
+    {"is_copied", (getter)fget_is_copied, NULL, "True if the producer made a copy for us", NULL},
+    {"ptr", (getter)fget_ptr, NULL, "address of the first item (data + byte_offset)", NULL},
+    {"dl_device", (getter)fget_dl_device, NULL, "(device_type, device_id) as received", NULL},
+    {"dl_dtype", (getter)fget_dl_dtype, NULL, "(code, bits, lanes) as received", NULL},
+    {"dlpack_version", (getter)fget_version, NULL, "(major, minor) of a versioned tensor", NULL},
+    {"exports", (getter)fget_exports, NULL, "live buffer exports", NULL},
+    {"event", (getter)fget_event, NULL, "the event readers wait on (int handle), or None", NULL},
+    {NULL},
+};
+
+static PyObject *foreign_repr(DbpForeign *f) {
+  PyObject *shape = fget_shape(f, NULL);
+  if (shape == NULL) return NULL;
+  PyObject *r = PyUnicode_FromFormat("<devbuf.ForeignArray %s %s:%d shape=%R format='%s'%s>",
+                                     kind_name(f->kind), f->desc.identifier, (int)f->desc.ordinal,
+                                     shape, f->desc.format,
+                                     (f->desc.flags & DEVBUF_DLPACK_READONLY) ? " readonly" : "");
+  Py_DECREF(shape);
+  return r;
+}
+
+PyTypeObject DbpForeign_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.ForeignArray",
+    .tp_basicsize = sizeof(DbpForeign),
+    .tp_dealloc = (destructor)foreign_dealloc,
+    .tp_repr = (reprfunc)foreign_repr,
+    .tp_as_buffer = &foreign_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory another library handed to devbuf (DLPack, CUDA Array Interface, array "
+              "interface), validated and re-exported through the extended buffer protocol. "
+              "Made by devbuf.from_dlpack() and devbuf.view().",
+    .tp_weaklistoffset = offsetof(DbpForeign, weakreflist),
+    .tp_getset = foreign_getset,
+};
+
+/* ---- the exchange table of a producer type ------------------------------------------ */
+
+const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
+  /* Direct-mapped cache keyed by (type, version tag), as the flag cache of
+   * devbuf_buffer.h: a type attribute change gives a new tag. */
+  enum { NCACHE = 16 };
+  static struct {
+    PyTypeObject *type;
+    unsigned int tag;
+    const devbuf_dlpack_exchange_api *api;
+  } cache[NCACHE];
+  size_t slot = ((size_t)(uintptr_t)type >> 4) & (NCACHE - 1);
+  if (cache[slot].type == type && type->tp_version_tag != 0 &&
+      cache[slot].tag == type->tp_version_tag &&
+      (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+    return cache[slot].api;
+  PyObject *attr = _PyType_Lookup(type, g_s_api_attr); /* borrowed, no exception */
+  const devbuf_dlpack_exchange_api *api = NULL;
+  if (attr != NULL) {
+    if (!PyCapsule_IsValid(attr, DEVBUF_DLPACK_EXCHANGE_API_CAPSULE)) {
+      PyErr_Format(PyExc_TypeError,
+                   "%.100s.%s is not a PyCapsule named \"%s\"", type->tp_name,
+                   DEVBUF_DLPACK_EXCHANGE_API_ATTR, DEVBUF_DLPACK_EXCHANGE_API_CAPSULE);
+      return NULL;
+    }
+    api = PyCapsule_GetPointer(attr, DEVBUF_DLPACK_EXCHANGE_API_CAPSULE);
+    /* Walk to a table of the major we read. */
+    const devbuf_dlpack_exchange_api_header *h = api ? &api->header : NULL;
+    while (h != NULL && h->version.major != DEVBUF_DLPACK_MAJOR) h = h->prev_api;
+    api = (const devbuf_dlpack_exchange_api *)h;
+    if (api && (api->managed_tensor_from_py_object_no_sync == NULL)) api = NULL;
+  }
+  if (type->tp_version_tag != 0 && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+    cache[slot].type = type;
+    cache[slot].tag = type->tp_version_tag;
+    cache[slot].api = api;
+  }
+  return api;
+}
+
+/* Import through the table: an owning tensor, then the producer's current
+ * stream turned into an event. */
+static DbpForeign *import_exchange(PyObject *obj, const devbuf_dlpack_exchange_api *api) {
+  DLManagedTensorVersioned *m = NULL;
+  if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0 || m == NULL) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_BufferError, "%.100s's DLPack exchange table returned no tensor",
+                   Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  DbpForeign *f = dbp_foreign_from_versioned(m, obj);
+  if (f == NULL) {
+    devbuf_dlpack_delete_versioned(m); /* ours: the table gave it to us */
+    return NULL;
+  }
+  if (!f->is_host && api->current_work_stream != NULL) {
+    void *stream = NULL;
+    if (api->current_work_stream(m->dl_tensor.device.device_type, m->dl_tensor.device.device_id,
+                                 &stream) != 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_BufferError, "current_work_stream failed");
+      Py_DECREF(f);
+      return NULL;
+    }
+    if (stream != NULL && foreign_record(f, stream, "DLPack exchange import") < 0) {
+      Py_DECREF(f);
+      return NULL;
+    }
+  }
+  return f;
+}
+
+/* ---- capsules --------------------------------------------------------------------- */
+
+static DbpForeign *import_capsule(PyObject *cap, PyObject *producer) {
+  if (!PyCapsule_CheckExact(cap)) {
+    PyErr_Format(PyExc_TypeError, "__dlpack__ returned %.100s, not a PyCapsule",
+                 Py_TYPE(cap)->tp_name);
+    return NULL;
+  }
+  const char *name = PyCapsule_GetName(cap);
+  int versioned;
+  if (name != NULL && strcmp(name, DEVBUF_DLPACK_CAPSULE_VERSIONED) == 0) versioned = 1;
+  else if (name != NULL && strcmp(name, DEVBUF_DLPACK_CAPSULE_LEGACY) == 0) versioned = 0;
+  else if (name != NULL && (strcmp(name, DEVBUF_DLPACK_CAPSULE_VERSIONED_USED) == 0 ||
+                            strcmp(name, DEVBUF_DLPACK_CAPSULE_LEGACY_USED) == 0)) {
+    PyErr_Format(PyExc_BufferError,
+                 "the DLPack capsule was already consumed (its name is \"%s\"): a capsule can "
+                 "be imported once",
+                 name);
+    return NULL;
+  } else {
+    PyErr_Format(PyExc_BufferError,
+                 "a DLPack capsule must be named \"dltensor_versioned\" or \"dltensor\", not %s%s%s",
+                 name ? "\"" : "", name ? name : "NULL", name ? "\"" : "");
+    return NULL;
+  }
+  void *p = PyCapsule_GetPointer(cap, name);
+  if (p == NULL) return NULL;
+  DbpForeign *f;
+  if (versioned) {
+    /* Another major: refuse without consuming, so that the capsule's own
+     * destructor still calls the deleter. */
+    f = dbp_foreign_from_versioned(p, producer);
+  } else {
+    DLManagedTensor *m = p;
+    DLPackVersion none = {0, 0};
+    f = foreign_alloc(DBP_FOREIGN_DLPACK_LEGACY, producer);
+    if (f != NULL && foreign_describe(f, &m->dl_tensor, 0, none) < 0) Py_CLEAR(f);
+  }
+  if (f == NULL) return NULL;
+  if (PyCapsule_SetName(cap, versioned ? DEVBUF_DLPACK_CAPSULE_VERSIONED_USED
+                                       : DEVBUF_DLPACK_CAPSULE_LEGACY_USED) < 0) {
+    f->managed = NULL; /* the capsule keeps it */
+    Py_DECREF(f);
+    return NULL;
+  }
+  f->managed = p;
+  return f;
+}
+
+/* The stream devbuf consumes on, as the DLPack Python spec numbers it:
+ * devbuf works on each device's default stream. */
+static PyObject *consumer_stream(int32_t dltype) {
+  switch (dltype) {
+    case kDLCUDA:
+    case kDLCUDAManaged: return PyLong_FromLong(1); /* legacy default stream */
+    case kDLROCM: return PyLong_FromLong(0);        /* default stream */
+    default: Py_RETURN_NONE;
+  }
+}
+
+/* obj.__dlpack_device__() as (type, id), or -1 with an exception. *has = 0
+ * when the method is missing. */
+static int producer_device(PyObject *obj, DLDevice *out, int *has) {
+  *has = 0;
+  PyObject *r = PyObject_CallMethodNoArgs(obj, g_s_dlpack_device);
+  if (r == NULL) {
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      PyErr_Clear();
+      return 0;
+    }
+    return -1;
+  }
+  int ok = PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2;
+  long t = ok ? PyLong_AsLong(PyTuple_GET_ITEM(r, 0)) : 0;
+  long id = ok ? PyLong_AsLong(PyTuple_GET_ITEM(r, 1)) : 0;
+  Py_DECREF(r);
+  if (!ok) {
+    PyErr_SetString(PyExc_TypeError, "__dlpack_device__() must return a (device_type, device_id) tuple");
+    return -1;
+  }
+  if (PyErr_Occurred()) return -1;
+  int32_t ti = (int32_t)t;
+  memcpy(&out->device_type, &ti, sizeof ti);
+  out->device_id = (int32_t)id;
+  *has = 1;
+  return 0;
+}
+
+/* Call obj.__dlpack__ with what the producer understands: the full
+ * keywords first, then without dl_device/copy (*dropped = 1), then the
+ * pre-2023 forms. */
+static PyObject *call_dlpack(PyObject *obj, PyObject *stream, PyObject *dl_device, PyObject *copy,
+                             int *dropped) {
+  static const char *const kw4[] = {"stream", "max_version", "dl_device", "copy"};
+  int extra = dl_device != Py_None || copy != Py_None;
+  const int tries_full[] = {4, 2, 1, 0}, tries_short[] = {2, 1, 0};
+  const int *tries = extra ? tries_full : tries_short;
+  int ntries = extra ? 4 : 3;
+  PyObject *maxv = Py_BuildValue("(ii)", DEVBUF_DLPACK_MAJOR, DEVBUF_DLPACK_MINOR);
+  if (maxv == NULL) return NULL;
+  PyObject *fn = PyObject_GetAttr(obj, g_s_dlpack);
+  if (fn == NULL) {
+    Py_DECREF(maxv);
+    return NULL;
+  }
+  PyObject *vals[4] = {stream, maxv, dl_device, copy};
+  PyObject *r = NULL;
+  *dropped = 0;
+  for (int a = 0; a < ntries; a++) {
+    /* A producer that does not know a keyword raises TypeError: retry with
+     * fewer, as the array API standard suggests. */
+    if (a > 0) {
+      if (!PyErr_ExceptionMatches(PyExc_TypeError)) break;
+      PyErr_Clear();
+    }
+    int n = tries[a];
+    if (extra && n < 4) *dropped = 1;
+    PyObject *names = PyTuple_New(n);
+    if (names == NULL) break;
+    for (int i = 0; i < n; i++) PyTuple_SET_ITEM(names, i, PyUnicode_FromString(kw4[i]));
+    r = PyObject_Vectorcall(fn, vals, 0, names);
+    Py_DECREF(names);
+    if (r != NULL) break;
+  }
+  Py_DECREF(fn);
+  Py_DECREF(maxv);
+  return r;
+}
+
+/* Record an event on devbuf's (default) stream of an async device after a
+ * DLPack import, so that every later reader, on any stream, waits for the
+ * data the producer ordered onto it. Without a usable device nothing is
+ * recorded (nothing can use the memory then anyway). */
+static int after_stream_import(DbpForeign *f) {
+  if (f->is_host) return 0;
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (foreign_open(f, &err) != DEVBUF_OK) return 0;
+  devbuf_device_props props;
+  memset(&props, 0, sizeof props);
+  props.struct_size = sizeof props;
+  if (devbuf_device_props_get(&f->dev, &props, &err) != DEVBUF_OK ||
+      !(props.flags & DEVBUF_DEVICE_ASYNC))
+    return 0;
+  return foreign_record(f, NULL, "DLPack import");
+}
+
+static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObject *copy,
+                                      int *dropped) {
+  DLDevice pd;
+  int has = 0;
+  if (producer_device(obj, &pd, &has) < 0) return NULL;
+  PyObject *stream = has ? consumer_stream((int32_t)pd.device_type) : Py_NewRef(Py_None);
+  if (stream == NULL) return NULL;
+  PyObject *cap = call_dlpack(obj, stream, dl_device, copy, dropped);
+  Py_DECREF(stream);
+  if (cap == NULL) return NULL;
+  DbpForeign *f = import_capsule(cap, obj);
+  Py_DECREF(cap); /* consumed: its destructor does nothing; else it deletes */
+  if (f != NULL && after_stream_import(f) < 0) Py_CLEAR(f);
+  return f;
+}
+
+/* ---- CUDA Array Interface / array interface --------------------------------------- */
+
+static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
+  const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
+  if (s == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "typestr must be a str");
+    return -1;
+  }
+  const uint16_t one = 1;
+  char native = *(const unsigned char *)&one == 1 ? '<' : '>';
+  char order = s[0], kind = s[0] ? s[1] : 0;
+  long size = (s[0] && s[1]) ? strtol(s + 2, NULL, 10) : 0;
+  const char *code = NULL;
+  if (order == '<' || order == '>' || order == '|' || order == '=') {
+    switch (kind) {
+      case 'i': code = size == 1 ? "b" : size == 2 ? "h" : size == 4 ? "i" : size == 8 ? "q" : NULL; break;
+      case 'u': code = size == 1 ? "B" : size == 2 ? "H" : size == 4 ? "I" : size == 8 ? "Q" : NULL; break;
+      case 'f': code = size == 2 ? "e" : size == 4 ? "f" : size == 8 ? "d" : NULL; break;
+      case 'c': code = size == 8 ? "Zf" : size == 16 ? "Zd" : NULL; break;
+      case 'b': code = size == 1 ? "?" : NULL; break;
+      default: break;
+    }
+  }
+  if (code != NULL && size > 1 && order != native && order != '=' && order != '|') {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' is not in native byte order", s);
+    return -1;
+  }
+  if (code == NULL) {
+    PyErr_Format(PyExc_BufferError,
+                 "typestr '%s' has no devbuf format (structured, custom or unknown dtypes are "
+                 "not read from an array interface: use DLPack or the buffer protocol)",
+                 s);
+    return -1;
+  }
+  snprintf(fmt, cap, "%s", code);
+  return 0;
+}
+
+static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
+  const char *what = cuda ? "__cuda_array_interface__" : "__array_interface__";
+  if (!PyDict_Check(d)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a dict", what);
+    return NULL;
+  }
+  PyObject *shape = PyDict_GetItemString(d, "shape"), *typestr = PyDict_GetItemString(d, "typestr");
+  PyObject *data = PyDict_GetItemString(d, "data"), *strides = PyDict_GetItemString(d, "strides");
+  PyObject *mask = PyDict_GetItemString(d, "mask"), *version = PyDict_GetItemString(d, "version");
+  PyObject *offset = PyDict_GetItemString(d, "offset");
+  PyObject *stream = cuda ? PyDict_GetItemString(d, "stream") : NULL;
+  if (shape == NULL || typestr == NULL || data == NULL || !PyTuple_Check(shape)) {
+    PyErr_Format(PyExc_BufferError, "%s needs 'shape' (tuple), 'typestr' and 'data'", what);
+    return NULL;
+  }
+  if (version != NULL && PyLong_Check(version) && PyLong_AsLong(version) > 3) {
+    PyErr_Format(PyExc_BufferError, "%s version %ld is newer than 3", what, PyLong_AsLong(version));
+    return NULL;
+  }
+  if (mask != NULL && mask != Py_None) {
+    PyErr_Format(PyExc_BufferError, "%s with a mask is not supported", what);
+    return NULL;
+  }
+  if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
+    PyErr_Format(PyExc_BufferError, "%s 'data' must be a (pointer, read_only) tuple", what);
+    return NULL;
+  }
+  Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+  if (nd > DEVBUF_DLPACK_MAX_NDIM) {
+    PyErr_Format(PyExc_BufferError, "%s has %zd dimensions; at most %d", what, nd,
+                 DEVBUF_DLPACK_MAX_NDIM);
+    return NULL;
+  }
+  char fmt[16];
+  if (typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  int padded = 0;
+  if (devbuf_dlpack_dtype_from_format(fmt, (size_t)-1, &t.dtype, &padded, &err) != DEVBUF_OK) {
+    dbp_buffer_error(&err);
+    return NULL;
+  }
+  int64_t itemsize = t.dtype.bits / 8;
+  t.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+  if (t.data == NULL && PyErr_Occurred()) return NULL;
+  int ro = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
+  if (ro < 0) return NULL;
+  t.device.device_type = cuda ? kDLCUDA : kDLCPU;
+  t.device.device_id = 0; /* CAI has no device field: see docs/interop.md */
+  t.ndim = (int32_t)nd;
+  int64_t sh[DEVBUF_DLPACK_MAX_NDIM], st[DEVBUF_DLPACK_MAX_NDIM];
+  for (Py_ssize_t i = 0; i < nd; i++) {
+    sh[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (sh[i] == -1 && PyErr_Occurred()) return NULL;
+  }
+  t.shape = sh;
+  if (strides != NULL && strides != Py_None) {
+    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != nd) {
+      PyErr_Format(PyExc_BufferError, "%s 'strides' must be None or a tuple of %zd ints", what, nd);
+      return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nd; i++) {
+      long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+      if (b == -1 && PyErr_Occurred()) return NULL;
+      if (b % itemsize != 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s stride[%zd] = %lld bytes is not a multiple of the item size %lld",
+                     what, i, b, (long long)itemsize);
+        return NULL;
+      }
+      st[i] = b / itemsize;
+    }
+    t.strides = st;
+  }
+  if (offset != NULL && offset != Py_None) {
+    long long o = PyLong_AsLongLong(offset);
+    if (o == -1 && PyErr_Occurred()) return NULL;
+    if (o < 0) {
+      PyErr_Format(PyExc_BufferError, "%s 'offset' is negative", what);
+      return NULL;
+    }
+    t.byte_offset = (uint64_t)o;
+  }
+  DbpForeign *f = foreign_alloc(cuda ? DBP_FOREIGN_CAI : DBP_FOREIGN_ARRAY_INTERFACE, obj);
+  if (f == NULL) return NULL;
+  DLPackVersion none = {0, 0};
+  if (foreign_describe(f, &t, ro ? DLPACK_FLAG_BITMASK_READ_ONLY : 0, none) < 0) {
+    Py_DECREF(f);
+    return NULL;
+  }
+  if (stream != NULL && stream != Py_None) {
+    /* CAI v3: the data is produced on `stream`; the consumer must wait for
+     * it. 0 is disallowed, 1 is the legacy and 2 the per-thread default. */
+    long long s = PyLong_AsLongLong(stream);
+    if (s == -1 && PyErr_Occurred()) {
+      Py_DECREF(f);
+      return NULL;
+    }
+    if (s == 0) {
+      PyErr_SetString(PyExc_BufferError,
+                      "__cuda_array_interface__ stream 0 is disallowed by CAI v3 (ambiguous)");
+      Py_DECREF(f);
+      return NULL;
+    }
+    if (foreign_record(f, s == 1 ? NULL : (void *)(uintptr_t)s, "__cuda_array_interface__") < 0) {
+      Py_DECREF(f);
+      return NULL;
+    }
+  }
+  return f;
+}
+
+/* ---- entry points ---------------------------------------------------------------------- */
+
+PyObject *dbp_interop_exporter(PyObject *obj) {
+  const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
+  if (api != NULL) return (PyObject *)import_exchange(obj, api);
+  if (PyErr_Occurred()) return NULL;
+  PyObject *d;
+  if (PyObject_HasAttr(obj, g_s_dlpack)) {
+    int dropped;
+    return (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped);
+  }
+  if (_PyObject_LookupAttr(obj, g_s_cai, &d) < 0) return NULL;
+  if (d != NULL) {
+    PyObject *f = (PyObject *)import_interface(obj, d, 1);
+    Py_DECREF(d);
+    return f;
+  }
+  if (_PyObject_LookupAttr(obj, g_s_ai, &d) < 0) return NULL;
+  if (d != NULL) {
+    PyObject *f = (PyObject *)import_interface(obj, d, 0);
+    Py_DECREF(d);
+    return f;
+  }
+  return NULL; /* speaks none of them: the caller reports */
+}
+
+/* The device a from_dlpack() result must end up on: *id NULL when any. */
+static int parse_target(PyObject *device, DLDevice *dl, int *has_dl, const char **id, int *ord) {
+  *has_dl = 0;
+  *id = NULL;
+  if (device == Py_None) return 0;
+  DbpDevice *d;
+  if (PyTuple_Check(device)) { /* a DLPack (type, id) pair */
+    long t = PyTuple_GET_SIZE(device) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(device, 0)) : -1;
+    long i = PyTuple_GET_SIZE(device) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(device, 1)) : -1;
+    if (PyErr_Occurred()) return -1;
+    DLDevice x;
+    int32_t ti = (int32_t)t;
+    memcpy(&x.device_type, &ti, sizeof ti);
+    x.device_id = (int32_t)i;
+    devbuf_error err;
+    devbuf_error_clear(&err);
+    int32_t o;
+    if (devbuf_dlpack_device_to_identifier(x, id, &o, NULL, &err) != DEVBUF_OK) {
+      dbp_buffer_error(&err);
+      return -1;
+    }
+    *ord = o;
+    *dl = x;
+    *has_dl = 1;
+    return 0;
+  }
+  d = dbp_device_get(device);
+  if (d == NULL) return -1;
+  *id = d->is_host ? "cpu" : d->dev.identifier;
+  *ord = d->is_host ? 0 : d->dev.ordinal;
+  Py_DECREF(d); /* cached Devices live for the process: *id stays valid */
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (devbuf_dlpack_device_from_identifier(*id, *ord, 0, dl, NULL) == DEVBUF_OK) *has_dl = 1;
+  return 0;
+}
+
+PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames) {
+  PyObject *obj = NULL, *device = Py_None, *copy_o = Py_None;
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "from_dlpack() takes 1 positional argument");
+    return NULL;
+  }
+  if (nargs == 1) obj = args[0];
+  Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nk; i++) {
+    PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
+    if (obj == NULL && PyUnicode_CompareWithASCIIString(k, "x") == 0) obj = v;
+    else if (PyUnicode_CompareWithASCIIString(k, "device") == 0) device = v;
+    else if (PyUnicode_CompareWithASCIIString(k, "copy") == 0) copy_o = v;
+    else {
+      PyErr_Format(PyExc_TypeError, "from_dlpack() got an unexpected keyword argument '%U'", k);
+      return NULL;
+    }
+  }
+  if (obj == NULL) {
+    PyErr_SetString(PyExc_TypeError, "from_dlpack() missing required argument 'x'");
+    return NULL;
+  }
+  int copy = -1;
+  if (copy_o != Py_None) {
+    copy = PyObject_IsTrue(copy_o);
+    if (copy < 0) return NULL;
+  }
+  DLDevice tdl;
+  int has_dl = 0, tord = 0;
+  const char *tid = NULL;
+  if (parse_target(device, &tdl, &has_dl, &tid, &tord) < 0) return NULL;
+
+  DbpForeign *f = NULL;
+  int dropped = 1; /* the producer did not handle device/copy */
+  const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
+  if (api == NULL && PyErr_Occurred()) return NULL;
+  if (api != NULL && copy != 1) {
+    f = import_exchange(obj, api);
+  } else if (PyObject_HasAttr(obj, g_s_dlpack)) {
+    PyObject *dl = Py_None;
+    if (has_dl) {
+      dl = Py_BuildValue("(ii)", (int)tdl.device_type, (int)tdl.device_id);
+      if (dl == NULL) return NULL;
+    } else {
+      Py_INCREF(dl);
+    }
+    f = import_dlpack_call(obj, dl, copy_o, &dropped);
+    Py_DECREF(dl);
+  } else {
+    PyErr_Format(PyExc_TypeError,
+                 "from_dlpack() needs an object with __dlpack__ (or a type with %s), not "
+                 "%.100s",
+                 DEVBUF_DLPACK_EXCHANGE_API_ATTR, Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  if (f == NULL) return NULL;
+
+  /* What the producer did not do, devbuf does through its plugins. */
+  int elsewhere = tid != NULL && !(strcmp(tid, f->desc.identifier) == 0 && tord == f->desc.ordinal);
+  int want_copy = copy == 1 && !(f->desc.flags & DEVBUF_DLPACK_IS_COPIED);
+  PyObject *result;
+  if (dropped && (elsewhere || want_copy)) {
+    if (copy == 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "from_dlpack: copy=False, but the tensor is on %s:%d and device asks for %s:%d",
+                   f->desc.identifier, (int)f->desc.ordinal, tid, tord);
+      Py_DECREF(f);
+      return NULL;
+    }
+    DbpView *src = dbp_view_new((PyObject *)f, 0);
+    Py_DECREF(f);
+    if (src == NULL) return NULL;
+    PyObject *host = dbp_view_to_host(src);
+    dbp_view_release(src);
+    Py_DECREF(src);
+    if (host == NULL) return NULL;
+    PyObject *buf = host;
+    if (tid != NULL && strcmp(tid, "cpu") != 0) {
+      PyObject *spec = PyUnicode_FromFormat("%s:%d", tid, tord);
+      DbpDevice *td = spec ? dbp_device_get(spec) : NULL;
+      Py_XDECREF(spec);
+      buf = td ? dbp_buffer_copy_to((DbpBuffer *)host, td) : NULL;
+      Py_XDECREF(td);
+      Py_DECREF(host);
+      if (buf == NULL) return NULL;
+    }
+    result = (PyObject *)dbp_view_new(buf, 0);
+    Py_DECREF(buf);
+    return result;
+  }
+  result = (PyObject *)dbp_view_new((PyObject *)f, 0);
+  Py_DECREF(f);
+  return result;
+}
+
+/* Benchmark helper: import `obj` through its type's exchange table `n`
+ * times (the borrowed DLTensor when the table has it, else an owning
+ * tensor and its deleter), validating each with devbuf_dlpack_describe.
+ * Returns the seconds per import. This is the C consumer's fast path. */
+PyObject *dbp_exchange_import_bench(PyObject *self, PyObject *args) {
+  PyObject *obj;
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "On:_exchange_import_bench", &obj, &n)) return NULL;
+  devbuf_dlpack_desc d;
+  d.struct_size = sizeof d;
+  devbuf_error err;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
+    if (api == NULL) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "no DLPack exchange table");
+      return NULL;
+    }
+    if (api->dltensor_from_py_object_no_sync != NULL) {
+      DLTensor t;
+      if (api->dltensor_from_py_object_no_sync(obj, &t) != 0) return NULL;
+      if (devbuf_dlpack_describe(&t, 0, &d, &err) != DEVBUF_OK) return PyErr_Format(PyExc_BufferError, "%s", err.message);
+    } else {
+      DLManagedTensorVersioned *m = NULL;
+      if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0) return NULL;
+      int rc = devbuf_dlpack_describe_versioned(m, &d, &err);
+      devbuf_dlpack_delete_versioned(m);
+      if (rc != DEVBUF_OK) return PyErr_Format(PyExc_BufferError, "%s", err.message);
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  return PyFloat_FromDouble(n > 0 ? secs / (double)n : 0.0);
+}
+
+static PyMethodDef import_functions[] = {
+    {"from_dlpack", (PyCFunction)(void (*)(void))dbp_from_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     "from_dlpack(x, /, *, device=None, copy=None) -> DeviceView of a DLPack producer's memory "
+     "(through its type's C exchange table when it has one, else x.__dlpack__). device: a "
+     "devbuf Device or spec, or a DLPack (type, id) pair; copy: None (only if needed), True, "
+     "False (BufferError if a copy is needed)."},
+    {"_exchange_import_bench", dbp_exchange_import_bench, METH_VARARGS,
+     "_exchange_import_bench(obj, n) -> seconds per DLPack C-exchange-table import (benchmarks)."},
+    {NULL},
+};
+
+int dbp_import_init(PyObject *module) {
+  g_s_dlpack = PyUnicode_InternFromString("__dlpack__");
+  g_s_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+  g_s_cai = PyUnicode_InternFromString("__cuda_array_interface__");
+  g_s_ai = PyUnicode_InternFromString("__array_interface__");
+  g_s_api_attr = PyUnicode_InternFromString(DEVBUF_DLPACK_EXCHANGE_API_ATTR);
+  if (!g_s_dlpack || !g_s_dlpack_device || !g_s_cai || !g_s_ai || !g_s_api_attr) return -1;
+  if (PyType_Ready(&DbpForeign_Type) < 0) return -1;
+  if (DevbufPy_SetBufferSupportedFlags(&DbpForeign_Type, PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+    return -1;
+  if (PyModule_AddObjectRef(module, "ForeignArray", (PyObject *)&DbpForeign_Type) < 0) return -1;
+  if (PyModule_AddFunctions(module, import_functions) < 0) return -1;
+  return PyModule_AddIntConstant(module, "DLPACK_MAX_NDIM", DEVBUF_DLPACK_MAX_NDIM);
+}
