@@ -35,17 +35,30 @@ static int check_alive(DbpBuffer *self) {
   return 0;
 }
 
-/* Wait for the pending upload (if any) and free its staging memory. Called
- * with the GIL released and the buffer pinned. */
-static int settle_nogil(DbpBuffer *self, devbuf_error *err) {
+/* Wait until the contents are ready (the upload's event), and free the
+ * upload's staging memory. GIL held on entry and exit, released inside;
+ * the buffer is pinned meanwhile. The staging pointer is taken under the
+ * GIL, so two threads settling at once never free it twice. */
+static int settle(DbpBuffer *self) {
+  if (self->event == NULL) return 0;
+  devbuf_error err;
   int rc = DEVBUF_OK;
-  if (self->staging == NULL) return DEVBUF_OK;
-  if (self->event) rc = devbuf_event_synchronize(&self->device->dev, self->event, err);
-  if (rc == DEVBUF_OK) {
-    rc = devbuf_host_free(&self->device->dev, self->staging, err);
-    self->staging = NULL;
+  void *staging = self->staging;
+  const devbuf_device *dev = &self->device->dev;
+  void *event = self->event;
+  devbuf_error_clear(&err);
+  self->staging = NULL;
+  self->pins++;
+  Py_BEGIN_ALLOW_THREADS
+  rc = devbuf_event_synchronize(dev, event, &err);
+  if (rc == DEVBUF_OK && staging != NULL) {
+    rc = devbuf_host_free(dev, staging, &err);
+    staging = NULL;
   }
-  return rc;
+  Py_END_ALLOW_THREADS
+  self->pins--;
+  if (staging != NULL) self->staging = staging; /* not freed: still ours */
+  return rc == DEVBUF_OK ? 0 : dbp_fail(&err);
 }
 
 /* Give the memory, event and staging back. Any thread state; GIL released
@@ -385,6 +398,8 @@ static PyObject *buffer_to_host(DbpBuffer *self, PyObject *unused) {
                                        self->nbytes, self->ndim, self->shape, self->strides,
                                        self->format, self->itemsize, self->event);
   self->pins--;
+  /* The download waited on the upload: its staging memory can go now. */
+  if (out != NULL && self->staging != NULL && settle(self) < 0) Py_CLEAR(out);
   return (PyObject *)out;
 }
 
@@ -472,19 +487,8 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
                    "with .to_host()", self->device->spec);
       return -1;
     }
-    if (self->event || self->staging) {
-      /* The host is about to read: the upload must have landed. */
-      devbuf_error err;
-      int rc;
-      devbuf_error_clear(&err);
-      self->pins++;
-      DBP_NOGIL(rc = settle_nogil(self, &err));
-      self->pins--;
-      if (rc == DEVBUF_OK && self->event) {
-        DBP_NOGIL(rc = devbuf_event_synchronize(&self->device->dev, self->event, &err));
-      }
-      if (rc != DEVBUF_OK) return dbp_fail(&err);
-    }
+    /* The host is about to read: the upload must have landed. */
+    if (self->event && settle(self) < 0) return -1;
   } else if (!self->info_ready && export_device_info(self) < 0) {
     return -1;
   }
@@ -550,18 +554,7 @@ static PyObject *buffer_free(DbpBuffer *self, PyObject *unused) {
 }
 
 static PyObject *buffer_synchronize(DbpBuffer *self, PyObject *unused) {
-  if (check_alive(self) < 0) return NULL;
-  devbuf_error err;
-  int rc = DEVBUF_OK;
-  devbuf_error_clear(&err);
-  self->pins++;
-  Py_BEGIN_ALLOW_THREADS
-  rc = settle_nogil(self, &err);
-  if (rc == DEVBUF_OK && self->event)
-    rc = devbuf_event_synchronize(&self->device->dev, self->event, &err);
-  Py_END_ALLOW_THREADS
-  self->pins--;
-  if (rc != DEVBUF_OK) return dbp_raise(&err);
+  if (check_alive(self) < 0 || settle(self) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
