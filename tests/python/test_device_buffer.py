@@ -200,3 +200,28 @@ def test_out_of_memory_is_a_plugin_error(devbuf_env):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "DEVBUF_ENOMEM"
+
+
+def test_concurrent_synchronize_frees_staging_once(devbuf_env):
+    # Several threads wait on the same pending upload; its staging memory must
+    # be freed exactly once (a double free crashes or shows in the stats).
+    code = textwrap.dedent("""
+        import threading, devbuf
+        sim = devbuf.device("devbuf.sim")
+        devbuf.from_host(bytearray(8), device=sim).synchronize()
+        base = devbuf.plugin_stats("sim")["live_host_allocations"]
+        for _ in range(5):
+            b = devbuf.from_host(bytearray(1 << 16), device=sim)
+            assert devbuf.plugin_stats("sim")["live_host_allocations"] == base + 1
+            ts = [threading.Thread(target=b.synchronize) for _ in range(8)]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            assert devbuf.plugin_stats("sim")["live_host_allocations"] == base
+            assert bytes(b.to_host()) == bytes(1 << 16)
+        print("ok")
+    """)
+    env = dict(devbuf_env, DEVBUF_SIM_LATENCY_US="20000")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
