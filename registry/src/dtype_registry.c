@@ -20,7 +20,7 @@
 
 /* ---- the builtin `devbuf` namespace ---------------------------------------- */
 typedef struct builtin_type {
-  const char *name;
+  const char *name; /* NUL-terminated; its length is compared first */
   uint8_t kind, itemsize, align, bits;
   int8_t dl_code;
   const char *plain;
@@ -72,11 +72,21 @@ static const builtin_type BUILTIN[] = {
 #define NBUILTIN (sizeof BUILTIN / sizeof BUILTIN[0])
 
 static const builtin_type *builtin_find(const char *s, size_t n) {
+  if (n == 0 || n >= sizeof(((devbuf_dtype_desc *)0)->canonical)) return NULL;
   for (size_t i = 0; i < NBUILTIN; i++) {
     const char *nm = BUILTIN[i].name;
-    if (nm[0] == s[0] && strlen(nm) == n && memcmp(nm, s, n) == 0) return &BUILTIN[i];
+    if (nm[0] == s[0] && strncmp(nm, s, n) == 0 && nm[n] == '\0') return &BUILTIN[i];
   }
   return NULL;
+}
+
+/* strcpy into a fixed field whose size the caller knows to be enough
+ * (the builtin names are short); snprintf was a third of the hot path. */
+static void copy_name(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(src);
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
 }
 
 static void desc_fill(devbuf_dtype_desc *d, uint32_t kind, uint32_t itemsize, uint32_t align,
@@ -166,8 +176,8 @@ static int builtin_interpret(void *ctx, const char *payload, size_t len, devbuf_
                             (int)(len > 64 ? 64 : len), payload);
   if (pack == 1) {
     desc_fill(out, t->kind, t->itemsize, t->align, t->bits, 1, t->dl_code, t->bits);
-    snprintf(out->canonical, sizeof out->canonical, "%s", t->name);
-    snprintf(out->plain_format, sizeof out->plain_format, "%s", t->plain);
+    copy_name(out->canonical, sizeof out->canonical, t->name);
+    copy_name(out->plain_format, sizeof out->plain_format, t->plain);
   } else {
     desc_fill(out, t->kind, pack * t->bits / 8, 1, t->bits, pack, t->dl_code, t->bits);
     snprintf(out->canonical, sizeof out->canonical, "%s_x%u", t->name, pack);

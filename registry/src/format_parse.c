@@ -66,6 +66,11 @@ static const code_info CODES[128] = {
     ['w'] = {1, 4, 4, 4, DEVBUF_KIND_STRING, DEVBUF_FIELD_SCALAR, W_NUMPY | W_NUMPY_STD},
 };
 
+/* Which plain codes each [mode][native sizes?] takes without further checks
+ * (the rest go through parse_type, which also words the errors). */
+static const uint8_t PLAIN_REQ[3][2] = {{0, 0}, {W_STRUCT, W_STRUCT}, {W_NUMPY_STD, W_NUMPY}};
+static const uint8_t PLAIN_FORBID[3][2] = {{W_NO_STD, 0}, {W_NATIVE_ONLY, 0}, {0, 0}};
+
 static bool host_big_endian(void) {
   const uint16_t one = 1;
   return *(const unsigned char *)&one == 0;
@@ -187,7 +192,8 @@ static devbuf_format_field *new_field(fp *p) {
 
 /* ---- small helpers ------------------------------------------------------- */
 static inline bool is_ws(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+  /* ' ' \t \n \v \f \r, as CPython's Py_ISSPACE */
+  return c == ' ' || (c >= '\t' && c <= '\r');
 }
 static inline bool is_bo(char c) {
   return c == '@' || c == '=' || c == '<' || c == '>' || c == '!' || c == '^';
@@ -214,9 +220,17 @@ static int parse_uint(fp *p, uint64_t *v) {
   return DEVBUF_OK;
 }
 
+/* Checked arithmetic without divisions (they dominated the per-item cost). */
 static int mul_ck(fp *p, size_t off, uint64_t a, uint64_t b, uint64_t *r) {
-  if (b != 0 && a > MAX_SIZE / b) return fail(p, off, DEVBUF_EFORMAT, "item size overflows");
-  *r = a * b;
+  uint64_t x;
+#if defined(__GNUC__) || defined(__clang__)
+  if (__builtin_mul_overflow(a, b, &x) || x > MAX_SIZE)
+#else
+  x = a * b;
+  if ((b != 0 && a > MAX_SIZE / b) || x > MAX_SIZE)
+#endif
+    return fail(p, off, DEVBUF_EFORMAT, "item size overflows");
+  *r = x;
   return DEVBUF_OK;
 }
 static int add_ck(fp *p, size_t off, uint64_t a, uint64_t b, uint64_t *r) {
@@ -224,8 +238,13 @@ static int add_ck(fp *p, size_t off, uint64_t a, uint64_t b, uint64_t *r) {
   *r = a + b;
   return DEVBUF_OK;
 }
+/* `align` is always a power of two. */
 static int round_ck(fp *p, size_t off, uint64_t a, uint64_t align, uint64_t *r) {
-  uint64_t pad = (align - a % align) % align;
+  uint64_t pad = (0 - a) & (align - 1);
+  if (pad == 0) {
+    *r = a;
+    return DEVBUF_OK;
+  }
   return add_ck(p, off, a, pad, r);
 }
 
@@ -364,9 +383,10 @@ static int parse_reserved(fp *p, size_t a, size_t b, bool is_struct, char bo,
   desc->bits = (uint32_t)(size * 8 > UINT32_MAX ? 0 : size * 8);
   desc->elements_per_item = 1;
   desc->dlpack_code = -1;
-  size_t plen = b - a;
-  snprintf(desc->canonical, sizeof desc->canonical, "%s$%.*s", is_struct ? "struct" : "buffer",
-           (int)(plen > 56 ? 56 : plen), p->s + a);
+  size_t plen = b - a, cl = plen > 56 ? 56 : plen;
+  memcpy(desc->canonical, is_struct ? "struct$" : "buffer$", 7);
+  memcpy(desc->canonical + 7, p->s + a, cl);
+  desc->canonical[7 + cl] = '\0';
   if (!is_struct && plen < sizeof desc->plain_format) {
     memcpy(desc->plain_format, p->s + a, plen);
     desc->plain_format[plen] = '\0';
@@ -387,6 +407,44 @@ static void why_add(char *why, size_t cap, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(why + len, cap - len, fmt, ap);
   va_end(ap);
+}
+
+/* Replace the "\x01<k+1>" markers of parse_custom by the words for an
+ * unknown id, naming the package that defines it when we know one. */
+static void expand_unknown(const fp *p, size_t open, char *why, size_t cap) {
+  char out[DEVBUF_ERROR_MESSAGE_SIZE];
+  size_t o = 0;
+  for (const char *w = why; *w != '\0' && o + 1 < sizeof out; w++) {
+    if (*w != '\x01') {
+      out[o++] = *w;
+      continue;
+    }
+    if (w[1] == '\0') break; /* a marker cut by truncation */
+    unsigned k = (unsigned char)*++w - 1u;
+    /* find alternative k's id */
+    size_t q = open + 1;
+    for (unsigned i = 0; i < k; i++) {
+      while (p->s[q] != ';') q++;
+      q++;
+    }
+    size_t ids = q;
+    while (p->s[q] != '$') q++;
+    int idl = (int)(q - ids > 64 ? 64 : q - ids);
+    const char *prov = devbuf_dtype_known_provider(p->s + ids, q - ids);
+    int n;
+    if (prov != NULL)
+      n = snprintf(out + o, sizeof out - o,
+                   "'%.*s' is not registered (it is defined by the '%s' package; load a devbuf "
+                   "plugin or register a namespace for it)",
+                   idl, p->s + ids, prov);
+    else
+      n = snprintf(out + o, sizeof out - o, "'%.*s' is not a known dtype id", idl, p->s + ids);
+    if (n < 0) break;
+    o += (size_t)n;
+    if (o >= sizeof out) o = sizeof out - 1;
+  }
+  out[o] = '\0';
+  snprintf(why, cap, "%s", out);
 }
 
 /* [id$payload;id$payload...] at p->pos. Validates every alternative's
@@ -496,7 +554,8 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
             first_fmt_off = p->err_off;
             snprintf(first_fmt_msg, sizeof first_fmt_msg, "%s", sub_err.message);
           }
-          why_add(why, sizeof why, "%s'%.*s' payload is not a valid %s format (%s)",
+          if (p->err != NULL)
+            why_add(why, sizeof why, "%s'%.*s' payload is not a valid %s format (%s)",
                   why[0] ? "; " : "", (int)idl, s + ids, rs ? "struct" : "buffer",
                   sub_err.message + (strncmp(sub_err.message, "format: ", 8) == 0 ? 8 : 0));
         }
@@ -512,17 +571,15 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
         } else if (res == DEVBUF__UNKNOWN_ID) {
           state = DEVBUF_ALT_UNKNOWN_ID;
           status = DEVBUF_ENOTFOUND;
-          const char *prov = devbuf_dtype_known_provider(s + ids, idl);
-          if (prov != NULL)
-            why_add(why, sizeof why, "%s'%.*s' is not registered (it is defined by the '%s' package; load a devbuf plugin or register a namespace for it)",
-                    why[0] ? "; " : "", (int)(idl > 64 ? 64 : idl), s + ids, prov);
-          else
-            why_add(why, sizeof why, "%s'%.*s' is not a known dtype id", why[0] ? "; " : "",
-                    (int)(idl > 64 ? 64 : idl), s + ids);
+          /* Worded only if no alternative works (the common case is a
+           * preferred-but-unknown spelling before one we know): a marker
+           * byte and the alternative's number stand in for the text. */
+          if (p->err != NULL && k < 250) why_add(why, sizeof why, "%s\x01%c", why[0] ? "; " : "", (char)(k + 1));
         } else {
           state = DEVBUF_ALT_REFUSED;
           status = st;
-          why_add(why, sizeof why, "%s'%.*s' did not understand payload '%.*s' (%s)",
+          if (p->err != NULL)
+            why_add(why, sizeof why, "%s'%.*s' did not understand payload '%.*s' (%s)",
                   why[0] ? "; " : "", (int)(idl > 64 ? 64 : idl), s + ids,
                   (int)(pl > 64 ? 64 : pl), s + pa, sub_err.message);
         }
@@ -555,6 +612,7 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
       if (p->err) devbuf_error_set(p->err, first_fmt_code, "%s", first_fmt_msg);
       return first_fmt_code;
     }
+    if (p->err != NULL) expand_unknown(p, open, why, sizeof why);
     return fail(p, open, DEVBUF_ENOTFOUND, "no alternative of the custom dtype is understood: %s",
                 why);
   }
@@ -834,6 +892,72 @@ static int parse_type(fp *p, char bo, devbuf_format_field *f, uint64_t *esize, u
   return fail(p, at, DEVBUF_EFORMAT, "unknown type code %s", show(p, at, b));
 }
 
+/* The size-only fast path: consume a run of plain codes (with counts, no
+ * shape, name or byte-order change) at p->pos. Stops, leaving p->pos at the
+ * first thing it does not handle, for the general path to take over; so it
+ * accepts and rejects exactly what the general path would. */
+static int plain_run(fp *p, lvl *L) {
+  const char *s = p->s;
+  const size_t end = p->end;
+  const unsigned mode = p->mode;
+  char bo = mode == DEVBUF_FORMAT_NUMPY ? p->np_bo : L->bo;
+  const bool nat = native_sizes(bo), aligned = bo == '@';
+  const uint8_t req = PLAIN_REQ[mode][nat], forbid = PLAIN_FORBID[mode][nat];
+  const bool ws_ok = mode != DEVBUF_FORMAT_NUMPY;
+  uint64_t off = L->off, align = L->align;
+  uint32_t n = 0;
+  size_t q = p->pos;
+  int r = DEVBUF_OK;
+  for (;;) {
+    size_t item = q;
+    uint64_t count = 1;
+    if (q < end && is_digit(s[q])) {
+      count = 0;
+      while (q < end && is_digit(s[q])) {
+        unsigned d = (unsigned)(s[q] - '0');
+        if (count > (MAX_SIZE - d) / 10) goto stop; /* the general path words it */
+        count = count * 10 + d;
+        q++;
+      }
+    }
+    if (q >= end) goto stop;
+    unsigned char uc = (unsigned char)s[q];
+    if (uc >= 128 || !CODES[uc].valid || (CODES[uc].where & req) != req ||
+        (CODES[uc].where & forbid) != 0)
+      goto stop;
+    size_t nx = q + 1;
+    if (ws_ok)
+      while (nx < end && is_ws(s[nx])) nx++;
+    if (nx < end && s[nx] == ':' && mode != DEVBUF_FORMAT_STRUCT) goto stop; /* a name */
+    const code_info *ci = &CODES[uc];
+    uint64_t es = nat || ci->ssize == 0 ? ci->nsize : ci->ssize, tot = 0;
+    if (aligned) {
+      uint64_t a = ci->nalign;
+      if ((r = round_ck(p, item, off, a, &off))) break;
+      if (a > align) align = a;
+    }
+    if ((r = mul_ck(p, q, count, es, &tot))) break;
+    if ((r = add_ck(p, item, off, tot, &off))) break;
+    if (ci->dkind == DEVBUF_KIND_POINTER) p->info |= DEVBUF_FORMAT_HAS_POINTERS;
+    n++;
+    q = nx;
+    continue;
+  stop:
+    q = item;
+    break;
+  }
+  if (n > 0) {
+    if (bo == '>' ? !host_big_endian() : bo == '<' ? host_big_endian() : false)
+      p->info |= DEVBUF_FORMAT_NON_NATIVE;
+    L->bitrun = false;
+    L->n += n;
+  }
+  L->off = off;
+  L->align = align;
+  p->pos = q;
+  return r;
+}
+
 /* Items until the end of the region, or '}' (term '}'), or '}' / "->"
  * (term 'X'). The terminator is left for the caller. */
 static int parse_seq(fp *p, lvl *L, int term) {
@@ -843,6 +967,7 @@ static int parse_seq(fp *p, lvl *L, int term) {
   char b[8];
   for (;;) {
     if (mode != DEVBUF_FORMAT_NUMPY) skip_ws(p);
+    if (p->out == NULL && (r = plain_run(p, L))) return r;
     if (p->pos >= p->end) {
       if (term) {
         size_t o = p->pos;
@@ -855,11 +980,15 @@ static int parse_seq(fp *p, lvl *L, int term) {
     if (term == 'X' && c == '-' && p->pos + 1 < p->end && s[p->pos + 1] == '>') return DEVBUF_OK;
 
     size_t item = p->pos;
+    /* Without a tree, fields are scratch: only what is read back (kind,
+     * ndim) needs a value; a full memset cost more than parsing the item. */
     devbuf_format_field tmp, *f = &tmp;
     if (p->out != NULL) {
       if ((f = new_field(p)) == NULL) return oom(p, item);
     } else {
-      memset(&tmp, 0, sizeof tmp);
+      tmp.kind = DEVBUF_FIELD_SCALAR;
+      tmp.ndim = 0;
+      tmp.shape = NULL;
     }
     uint64_t prod = 1, count = 1;
     char *bop = mode == DEVBUF_FORMAT_NUMPY ? &p->np_bo : &L->bo;
@@ -916,7 +1045,26 @@ static int parse_seq(fp *p, lvl *L, int term) {
     f->src_offset = (uint32_t)item;
     uint64_t es = 0, ea = 1;
     size_t tat = p->pos;
-    if ((r = parse_type(p, bo, f, &es, &ea))) return r;
+    unsigned char uc = tat < p->end ? (unsigned char)s[tat] : 0;
+    bool nat = native_sizes(bo);
+    if (uc < 128 && CODES[uc].valid &&
+        (CODES[uc].where & PLAIN_REQ[mode][nat]) == PLAIN_REQ[mode][nat] &&
+        (CODES[uc].where & PLAIN_FORBID[mode][nat]) == 0) {
+      /* Fast path: a plain code allowed in this mode and size state. */
+      const code_info *ci = &CODES[uc];
+      p->pos = tat + 1;
+      es = nat || ci->ssize == 0 ? ci->nsize : ci->ssize;
+      ea = ci->nalign;
+      f->kind = ci->fkind;
+      if (p->out != NULL) {
+        f->dtype_kind = ci->dkind;
+        f->code[0] = (char)uc;
+        f->code[1] = '\0';
+      }
+      if (ci->dkind == DEVBUF_KIND_POINTER) p->info |= DEVBUF_FORMAT_HAS_POINTERS;
+    } else if ((r = parse_type(p, bo, f, &es, &ea))) {
+      return r;
+    }
     /* NumPy decides alignment with the state after the type (a T{} may
      * have changed it); elsewhere the state cannot change inside a type. */
     char abo = *bop;
@@ -950,7 +1098,7 @@ static int parse_seq(fp *p, lvl *L, int term) {
       if (aligned) {
         if ((r = round_ck(p, item, L->off, ea, &L->off))) return r;
         if (mode == DEVBUF_FORMAT_NUMPY) {
-          uint64_t intra = (ea - es % ea) % ea;
+          uint64_t intra = (0 - es) & (ea - 1);
           if (intra != 0) {
             if (mult > 1) es += intra;
             else extra = intra;

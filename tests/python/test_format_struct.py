@@ -8,7 +8,8 @@
 * the devbuf namespace == ml_dtypes: same item size and alignment.
 * the canonical printer round-trips.
 
-libdevbuf is found through $DEVBUF_LIB or the newest build*/lib/libdevbuf.so.
+libdevbuf is found through $DEVBUF_LIB, else $DEVBUF_BUILD_DIR/lib, else the newest
+build*/lib/libdevbuf.so.
 Generation uses fixed seeds, so a failure reproduces.
 """
 
@@ -27,6 +28,9 @@ def _find_lib():
     env = os.environ.get("DEVBUF_LIB")
     if env:
         return env
+    bd = os.environ.get("DEVBUF_BUILD_DIR")  # the build tests/python/conftest.py uses
+    if bd and os.path.exists(os.path.join(bd, "lib", "libdevbuf.so")):
+        return os.path.join(bd, "lib", "libdevbuf.so")
     cands = glob.glob(os.path.join(ROOT, "build*", "lib", "libdevbuf.so"))
     return max(cands, key=os.path.getmtime) if cands else None
 
