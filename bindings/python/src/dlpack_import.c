@@ -566,6 +566,13 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
   PyObject *stream = has ? consumer_stream((int32_t)pd.device_type) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
   PyObject *cap = call_dlpack(obj, stream, dl_device, copy, dropped);
+  if (cap == NULL && dl_device != Py_None && PyErr_ExceptionMatches(PyExc_BufferError)) {
+    /* The producer cannot reach that device (NumPy only knows the CPU):
+     * take the tensor where it is and let devbuf's plugins move it. */
+    PyErr_Clear();
+    cap = call_dlpack(obj, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
+    *dropped = 1;
+  }
   Py_DECREF(stream);
   if (cap == NULL) return NULL;
   DbpForeign *f = import_capsule(cap, obj);
@@ -612,6 +619,50 @@ static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
   return 0;
 }
 
+/* getattr(o, name, None) as a new reference; NULL with an exception only
+ * for errors other than AttributeError. *out NULL when absent. */
+static int optional_attr(PyObject *o, const char *name, PyObject **out) {
+  *out = PyObject_GetAttrString(o, name);
+  if (*out != NULL) return 0;
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+  PyErr_Clear();
+  return 0;
+}
+
+/* An ml_dtypes NumPy array says only "<V2" in its array interface, but its
+ * dtype names the type exactly, with the names devbuf's builtin namespace
+ * uses: "[devbuf$NAME]". 1 if mapped, 0 if not an ml_dtypes dtype, -1 on
+ * error. */
+static int ml_dtypes_format(PyObject *obj, char *fmt, size_t cap) {
+  static const char *const names[] = {
+      "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+      "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn",
+      "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"};
+  int found = 0, rc = -1;
+  PyObject *dtype = NULL, *type = NULL, *mod = NULL, *name = NULL;
+  if (optional_attr(obj, "dtype", &dtype) < 0) goto out;
+  if (dtype == NULL || optional_attr(dtype, "type", &type) < 0) goto done;
+  if (type == NULL || optional_attr(type, "__module__", &mod) < 0) goto done;
+  const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+  if (m == NULL || strncmp(m, "ml_dtypes", 9) != 0) goto done;
+  if (optional_attr(dtype, "name", &name) < 0) goto out;
+  const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  for (size_t i = 0; n && i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(n, names[i]) == 0) {
+      snprintf(fmt, cap, "[devbuf$%s]", n);
+      found = 1;
+    }
+done:
+  rc = found;
+  if (PyErr_Occurred()) rc = -1;
+out:
+  Py_XDECREF(dtype);
+  Py_XDECREF(type);
+  Py_XDECREF(mod);
+  Py_XDECREF(name);
+  return rc;
+}
+
 static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
   const char *what = cuda ? "__cuda_array_interface__" : "__array_interface__";
   if (!PyDict_Check(d)) {
@@ -645,8 +696,10 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
                  DEVBUF_DLPACK_MAX_NDIM);
     return NULL;
   }
-  char fmt[16];
-  if (typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
+  char fmt[64];
+  int ml = ml_dtypes_format(obj, fmt, sizeof fmt);
+  if (ml < 0) return NULL;
+  if (ml == 0 && typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
   DLTensor t;
   memset(&t, 0, sizeof t);
   devbuf_error err;
@@ -656,7 +709,8 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
     dbp_buffer_error(&err);
     return NULL;
   }
-  int64_t itemsize = t.dtype.bits / 8;
+  /* ml_dtypes keeps sub-byte types one per byte: DLPack's padded form. */
+  int64_t itemsize = padded ? (int64_t)t.dtype.lanes : (int64_t)(t.dtype.bits / 8) * t.dtype.lanes;
   t.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
   if (t.data == NULL && PyErr_Occurred()) return NULL;
   int ro = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
@@ -700,7 +754,9 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
   DbpForeign *f = foreign_alloc(cuda ? DBP_FOREIGN_CAI : DBP_FOREIGN_ARRAY_INTERFACE, obj);
   if (f == NULL) return NULL;
   DLPackVersion none = {0, 0};
-  if (foreign_describe(f, &t, ro ? DLPACK_FLAG_BITMASK_READ_ONLY : 0, none) < 0) {
+  uint64_t dlf = (ro ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                 (padded ? DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED : 0);
+  if (foreign_describe(f, &t, dlf, none) < 0) {
     Py_DECREF(f);
     return NULL;
   }
@@ -732,24 +788,42 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
   const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
   if (api != NULL) return (PyObject *)import_exchange(obj, api);
   if (PyErr_Occurred()) return NULL;
-  PyObject *d;
-  if (PyObject_HasAttr(obj, g_s_dlpack)) {
-    int dropped;
-    return (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped);
+  /* Each protocol the object speaks, in order; one that cannot describe
+   * the data (BufferError: NumPy's __dlpack__ for an ml_dtypes array) hands
+   * over to the next, and the first error is reported if none can. */
+  PyObject *t = NULL, *e = NULL, *tb = NULL, *f = NULL;
+  for (int step = 0; step < 3 && f == NULL; step++) {
+    PyObject *d = NULL;
+    if (step == 0) {
+      if (!PyObject_HasAttr(obj, g_s_dlpack)) continue;
+      int dropped;
+      f = (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped);
+    } else {
+      if (_PyObject_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
+      if (d == NULL) continue;
+      f = (PyObject *)import_interface(obj, d, step == 1);
+      Py_DECREF(d);
+    }
+    if (f == NULL) {
+      if (!PyErr_ExceptionMatches(PyExc_BufferError)) break;
+      if (t == NULL) PyErr_Fetch(&t, &e, &tb);
+      else PyErr_Clear();
+    }
   }
-  if (_PyObject_LookupAttr(obj, g_s_cai, &d) < 0) return NULL;
-  if (d != NULL) {
-    PyObject *f = (PyObject *)import_interface(obj, d, 1);
-    Py_DECREF(d);
-    return f;
+  if (f != NULL) {
+    Py_XDECREF(t);
+    Py_XDECREF(e);
+    Py_XDECREF(tb);
+  } else if (t != NULL) {
+    if (PyErr_Occurred()) { /* a later hard error wins */
+      Py_DECREF(t);
+      Py_XDECREF(e);
+      Py_XDECREF(tb);
+    } else {
+      PyErr_Restore(t, e, tb);
+    }
   }
-  if (_PyObject_LookupAttr(obj, g_s_ai, &d) < 0) return NULL;
-  if (d != NULL) {
-    PyObject *f = (PyObject *)import_interface(obj, d, 0);
-    Py_DECREF(d);
-    return f;
-  }
-  return NULL; /* speaks none of them: the caller reports */
+  return f; /* NULL without an exception: speaks none of them */
 }
 
 /* The device a from_dlpack() result must end up on: *id NULL when any. */

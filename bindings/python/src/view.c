@@ -54,10 +54,27 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     if (foreign != NULL) obj = foreign;
   }
   if (DevbufPy_GetBufferEx(obj, &v->buf, VIEW_FLAGS | flags) < 0) {
+    /* An exporter that cannot describe its data in a format string (NumPy
+     * with ml_dtypes' bfloat16) may still say it through DLPack or the
+     * array interface; if not, its own error stands. */
+    PyObject *t, *e, *tb;
+    PyErr_Fetch(&t, &e, &tb);
+    if (foreign == NULL && (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
+                            PyErr_GivenExceptionMatches(t, PyExc_BufferError)))
+      foreign = dbp_interop_exporter(obj);
+    if (foreign != NULL && DevbufPy_GetBufferEx(foreign, &v->buf, VIEW_FLAGS | flags) == 0) {
+      Py_XDECREF(t);
+      Py_XDECREF(e);
+      Py_XDECREF(tb);
+      goto got;
+    }
+    PyErr_Clear();
+    PyErr_Restore(t, e, tb);
     Py_XDECREF(foreign);
     Py_DECREF(v);
     return NULL;
   }
+got:
   Py_XDECREF(foreign); /* the export holds it */
   v->released = 0;
   v->is_device = DevbufPy_BufferIsDevice(&v->buf);
