@@ -75,3 +75,15 @@ __all__ = [
     "unregister_dtype_namespace",
     "view",
 ]
+
+# Pickle protocol 5 with out-of-band buffers (devbuf/_pickle.py, docs/pickle-and-distributed.md).
+from ._devbuf import HostStaging  # noqa: E402
+from ._pickle import (  # noqa: E402
+    MissingDeviceError,
+    get_unpickle_policy,
+    set_unpickle_policy,
+    unpickle_policy,
+)
+
+__all__ += ["HostStaging", "MissingDeviceError", "get_unpickle_policy", "set_unpickle_policy",
+            "unpickle_policy"]

@@ -78,9 +78,12 @@ static int release_memory(DbpBuffer *self, devbuf_error *err) {
   if (event && (rc2 = devbuf_event_destroy(dev, event, rc ? NULL : err)) && !rc) rc = rc2;
   if (ptr) {
     if (kind == DBP_MEM_HOST) free(ptr);
-    else if ((rc2 = devbuf_mem_free(dev, ptr, NULL, rc ? NULL : err)) && !rc) rc = rc2;
+    else if (kind == DBP_MEM_DEVICE && (rc2 = devbuf_mem_free(dev, ptr, NULL, rc ? NULL : err)) &&
+             !rc)
+      rc = rc2;
   }
   Py_END_ALLOW_THREADS
+  Py_CLEAR(self->base); /* DBP_MEM_BORROWED: give the lender's export back */
   return rc;
 }
 

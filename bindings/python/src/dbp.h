@@ -56,7 +56,8 @@ PyObject *dbp_device_func(PyObject *self, PyObject *arg);
 /* ---- buffer.c ---------------------------------------------------------------- */
 enum dbp_mem_kind {
   DBP_MEM_DEVICE = 0,  /* devbuf_mem_alloc on `device` */
-  DBP_MEM_HOST = 1     /* host memory of the bindings (aligned_alloc), device is the host */
+  DBP_MEM_HOST = 1,    /* host memory of the bindings (aligned_alloc), device is the host */
+  DBP_MEM_BORROWED = 2 /* host memory of another exporter, held by `base` (pickle.c) */
 };
 
 typedef struct DbpBuffer {
@@ -83,6 +84,7 @@ typedef struct DbpBuffer {
     uint64_t raw[32];
   } info;
   PyObject *weakreflist;
+  PyObject *base;          /* DBP_MEM_BORROWED: memoryview holding the lender's export; else NULL */
 } DbpBuffer;
 
 extern PyTypeObject DbpBuffer_Type;
@@ -142,6 +144,10 @@ PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *dbp_register_dtype_namespace(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *dbp_unregister_dtype_namespace(PyObject *self, PyObject *arg);
 PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused);
+
+/* ---- pickle.c ------------------------------------------------------------------- */
+/* __reduce_ex__ on DeviceBuffer/DeviceView, devbuf.HostStaging, _pickle_* functions. */
+int dbp_pickle_init(PyObject *module);
 
 /* ---- capi.c ----------------------------------------------------------------------- */
 int dbp_capi_init(PyObject *module);

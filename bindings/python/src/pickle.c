@@ -1,0 +1,488 @@
+/* pickle.c: the C half of pickling DeviceBuffer and DeviceView (PEP 574,
+ * pickle protocol 5 with out-of-band buffers). The policy (what goes out
+ * in-band or out-of-band, where a buffer lands when unpickled) lives in
+ * devbuf/_pickle.py; this file does only what needs C:
+ *
+ *  - __reduce_ex__ on both types, forwarding to devbuf._pickle._reduce;
+ *  - _pickle_download(obj, as_bytes): the ONE device->host copy of device
+ *    memory, into host staging memory from the device's own plugin
+ *    (devbuf_host_alloc: pinned where the plugin can) wrapped in a
+ *    devbuf.HostStaging object that exports it as a plain buffer, or into a
+ *    new bytes object for the in-band protocols;
+ *  - _pickle_rebuild(device, payload, ...): a DeviceBuffer from a payload
+ *    buffer: on "cpu" it BORROWS the payload's memory (no copy: an
+ *    in-process round trip with buffers= shares memory, as the PEP allows),
+ *    elsewhere one host->device copy straight from the payload;
+ *  - counters of the copies made here (_pickle_stats), so tests can prove
+ *    "exactly once".
+ *
+ * Sync: a download waits on the producer's event (devbuf_copy_to_host_sync
+ * honours it); a rebuild's upload is synchronous, so the unpickled buffer
+ * is ready when loads returns. Objects are pinned while the GIL is
+ * released, as everywhere in the bindings. */
+#include "dbp.h"
+
+#include <string.h>
+
+/* Copies made by this file; updated with the GIL held. */
+static unsigned long long g_d2h_copies, g_d2h_bytes; /* device -> host (downloads) */
+static unsigned long long g_h2d_copies, g_h2d_bytes; /* host -> device (rebuilds) */
+static unsigned long long g_host_copies, g_host_bytes; /* host -> host (in-band, read-only payloads) */
+static unsigned long long g_borrowed;                 /* rebuilds that borrowed the payload */
+
+/* ---- devbuf.HostStaging: host memory of a device's plugin, as a buffer ---------- */
+
+typedef struct DbpStaging {
+  PyObject_HEAD
+  DbpDevice *device;   /* strong reference; `ptr` came from devbuf_host_alloc on it */
+  void *ptr;           /* NULL when len is 0 */
+  Py_ssize_t len;
+  int readonly;
+  Py_ssize_t exports;
+} DbpStaging;
+
+static PyTypeObject DbpStaging_Type;
+
+static int staging_getbuffer(DbpStaging *self, Py_buffer *view, int flags) {
+  static char empty[1];
+  if (PyBuffer_FillInfo(view, (PyObject *)self, self->ptr ? self->ptr : empty, self->len,
+                        self->readonly, flags) < 0)
+    return -1;
+  self->exports++;
+  return 0;
+}
+
+static void staging_releasebuffer(DbpStaging *self, Py_buffer *view) { self->exports--; }
+
+static PyBufferProcs staging_as_buffer = {
+    .bf_getbuffer = (getbufferproc)staging_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)staging_releasebuffer,
+};
+
+static void staging_dealloc(DbpStaging *self) {
+  if (self->ptr != NULL) {
+    devbuf_error err;
+    int rc;
+    void *p = self->ptr;
+    const devbuf_device *dev = &self->device->dev;
+    devbuf_error_clear(&err);
+    self->ptr = NULL;
+    DBP_NOGIL(rc = devbuf_host_free(dev, p, &err));
+    if (rc != DEVBUF_OK) {
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      dbp_raise(&err);
+      PyErr_WriteUnraisable((PyObject *)self);
+      PyErr_Restore(t, v, tb);
+    }
+  }
+  Py_XDECREF(self->device);
+  PyObject_Free(self);
+}
+
+static PyObject *staging_get_ptr(DbpStaging *self, void *c) {
+  return PyLong_FromVoidPtr(self->ptr);
+}
+static PyObject *staging_get_nbytes(DbpStaging *self, void *c) {
+  return PyLong_FromSsize_t(self->len);
+}
+static PyObject *staging_get_device(DbpStaging *self, void *c) {
+  return Py_NewRef(self->device);
+}
+static PyObject *staging_get_readonly(DbpStaging *self, void *c) {
+  return PyBool_FromLong(self->readonly);
+}
+
+static PyGetSetDef staging_getset[] = {
+    {"ptr", (getter)staging_get_ptr, NULL, "address of the host memory", NULL},
+    {"nbytes", (getter)staging_get_nbytes, NULL, "size in bytes", NULL},
+    {"device", (getter)staging_get_device, NULL,
+     "the Device whose plugin allocated the memory (devbuf_host_alloc)", NULL},
+    {"readonly", (getter)staging_get_readonly, NULL, "True if exports refuse writing", NULL},
+    {NULL},
+};
+
+static PyObject *staging_repr(DbpStaging *self) {
+  return PyUnicode_FromFormat("<devbuf.HostStaging %zd bytes from %U>", self->len,
+                              self->device->spec);
+}
+
+static PyTypeObject DbpStaging_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.HostStaging",
+    .tp_basicsize = sizeof(DbpStaging),
+    .tp_dealloc = (destructor)staging_dealloc,
+    .tp_repr = (reprfunc)staging_repr,
+    .tp_as_buffer = &staging_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Host staging memory that a device's plugin allocated (devbuf_host_alloc), holding "
+              "the one device-to-host copy a pickle makes. Exports the plain buffer protocol "
+              "(bytes, format 'B'); the memory goes back to the plugin when the object dies.",
+    .tp_getset = staging_getset,
+};
+
+/* ---- downloads --------------------------------------------------------------- */
+
+/* What a download needs to know of its source. */
+typedef struct {
+  const devbuf_device *dev; /* NULL: memory the host owns outright */
+  DbpDevice *device;        /* borrowed: owner of staging memory; NULL for host memory */
+  int host;                 /* the host may read `ptr` once `event` has completed */
+  const void *ptr;
+  size_t nbytes;
+  void *event;
+  int readonly;
+} pk_source;
+
+/* One copy of src into dst. GIL released by the caller; source pinned. */
+static int copy_out(const pk_source *s, void *dst, devbuf_error *err) {
+  int rc = DEVBUF_OK;
+  if (s->nbytes == 0) return DEVBUF_OK;
+  if (s->host || s->dev == NULL || s->dev->backend == NULL) {
+    if (s->event && s->dev && s->dev->backend) rc = devbuf_event_synchronize(s->dev, s->event, err);
+    if (rc == DEVBUF_OK) memcpy(dst, s->ptr, s->nbytes);
+    return rc;
+  }
+  return devbuf_copy_to_host_sync(s->dev, dst, s->ptr, 0, s->nbytes, s->event, err);
+}
+
+/* Allocate the destination (bytes, bytearray or staging) and copy once.
+ * `pins` is the source's pin counter. */
+static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
+  PyObject *out;
+  void *dst;
+  int device_copy = !s->host && s->dev && s->dev->backend;
+  devbuf_error err;
+  int rc;
+  devbuf_error_clear(&err);
+  if ((size_t)PY_SSIZE_T_MAX < s->nbytes) {
+    PyErr_SetString(PyExc_OverflowError, "buffer too large to pickle");
+    return NULL;
+  }
+  if (as_bytes) {
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->nbytes);
+    if (out == NULL) return NULL;
+    dst = PyBytes_AS_STRING(out);
+  } else if (!device_copy) {
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)s->nbytes);
+    if (out == NULL) return NULL;
+    dst = PyByteArray_AS_STRING(out);
+  } else {
+    DbpStaging *st = PyObject_New(DbpStaging, &DbpStaging_Type);
+    if (st == NULL) return NULL;
+    st->device = (DbpDevice *)Py_NewRef(s->device);
+    st->ptr = NULL;
+    st->len = (Py_ssize_t)s->nbytes;
+    st->readonly = s->readonly;
+    st->exports = 0;
+    if (s->nbytes) {
+      void *p = NULL;
+      size_t n = s->nbytes;
+      const devbuf_device *dev = s->dev;
+      DBP_NOGIL(rc = devbuf_host_alloc(dev, n, &p, &err));
+      if (rc != DEVBUF_OK) {
+        Py_DECREF(st);
+        return dbp_raise(&err);
+      }
+      st->ptr = p;
+    }
+    out = (PyObject *)st;
+    dst = st->ptr;
+  }
+  (*pins)++;
+  DBP_NOGIL(rc = copy_out(s, dst, &err));
+  (*pins)--;
+  if (rc != DEVBUF_OK) {
+    Py_DECREF(out);
+    return dbp_raise(&err);
+  }
+  if (s->nbytes) {
+    if (device_copy) {
+      g_d2h_copies++;
+      g_d2h_bytes += s->nbytes;
+    } else {
+      g_host_copies++;
+      g_host_bytes += s->nbytes;
+    }
+  }
+  return out;
+}
+
+/* _pickle_download(obj, as_bytes=False): the contents of a DeviceBuffer or
+ * DeviceView, in C order, copied once. Device memory lands in a
+ * HostStaging (or bytes when as_bytes); host memory in a bytearray (or
+ * bytes). A non-C-contiguous view is gathered by DeviceView.to_host() (one
+ * copy from the device plus the host gather). */
+static PyObject *pk_download(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "_pickle_download(obj, as_bytes=False)");
+    return NULL;
+  }
+  int as_bytes = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
+  if (as_bytes < 0) return NULL;
+  PyObject *obj = args[0];
+  pk_source s;
+  memset(&s, 0, sizeof s);
+  if (Py_IS_TYPE(obj, &DbpBuffer_Type)) {
+    DbpBuffer *b = (DbpBuffer *)obj;
+    if (b->freed) {
+      PyErr_SetString(PyExc_ValueError, "cannot pickle a freed devbuf.DeviceBuffer");
+      return NULL;
+    }
+    s.dev = &b->device->dev;
+    s.device = b->device;
+    s.host = b->host_readable;
+    s.ptr = b->ptr;
+    s.nbytes = b->nbytes;
+    s.event = b->event;
+    s.readonly = b->readonly;
+    return download(&s, as_bytes, &b->pins);
+  }
+  if (Py_IS_TYPE(obj, &DbpView_Type)) {
+    DbpView *v = (DbpView *)obj;
+    if (dbp_view_resolve(v) < 0) return NULL; /* raises on a released view */
+    const Py_buffer *pb = &v->buf.view;
+    if (!PyBuffer_IsContiguous(pb, 'C')) {
+      PyObject *host = dbp_view_to_host(v);
+      if (host == NULL || !as_bytes) return host;
+      PyObject *r = PyBytes_FromStringAndSize(((DbpBuffer *)host)->ptr,
+                                              (Py_ssize_t)((DbpBuffer *)host)->nbytes);
+      Py_DECREF(host);
+      return r;
+    }
+    PyObject *devobj = NULL;
+    if (v->is_device) {
+      devobj = (PyObject *)dbp_device_from_devbuf(&v->dev);
+      if (devobj == NULL) return NULL;
+      s.dev = &v->dev;
+      s.device = (DbpDevice *)devobj;
+      s.event = v->desc.event;
+      s.host = (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE) != 0;
+    } else {
+      s.host = 1;
+    }
+    s.ptr = pb->buf;
+    s.nbytes = (size_t)pb->len;
+    s.readonly = pb->readonly;
+    PyObject *r = download(&s, as_bytes, &v->pins);
+    Py_XDECREF(devobj);
+    return r;
+  }
+  PyErr_Format(PyExc_TypeError, "_pickle_download: expected a DeviceBuffer or DeviceView, not %.100s",
+               Py_TYPE(obj)->tp_name);
+  return NULL;
+}
+
+/* ---- rebuilds ---------------------------------------------------------------- */
+
+/* A DeviceBuffer over memory it does not own: the payload's, held through
+ * the memoryview `mv` (its export keeps the lender alive and unresizable).
+ * Host device only. Steals nothing. */
+static DbpBuffer *borrowed_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
+                               const char *format, Py_ssize_t itemsize, int readonly,
+                               PyObject *mv) {
+  DbpBuffer *self = PyObject_New(DbpBuffer, &DbpBuffer_Type);
+  if (self == NULL) return NULL;
+  /* As dbp_buffer_new: everything after the header zeroed, so a failure
+   * part-way deallocates safely (freed = 1: nothing to give back). */
+  memset((char *)self + sizeof(PyObject), 0, sizeof(DbpBuffer) - sizeof(PyObject));
+  self->device = (DbpDevice *)Py_NewRef(device);
+  self->freed = 1;
+  self->ndim = ndim;
+  self->itemsize = itemsize;
+  self->readonly = readonly;
+  self->kind = DBP_MEM_BORROWED;
+  self->host_readable = 1;
+  if (ndim > 0) {
+    self->shape = PyMem_Malloc(2 * (size_t)ndim * sizeof(Py_ssize_t));
+    if (self->shape == NULL) {
+      Py_DECREF(self);
+      return (DbpBuffer *)PyErr_NoMemory();
+    }
+    self->strides = self->shape + ndim;
+    memcpy(self->shape, shape, (size_t)ndim * sizeof(Py_ssize_t));
+    dbp_c_strides(ndim, shape, itemsize, self->strides);
+  }
+  size_t flen = strlen(format);
+  self->format = PyMem_Malloc(flen + 1);
+  if (self->format == NULL) {
+    Py_DECREF(self);
+    return (DbpBuffer *)PyErr_NoMemory();
+  }
+  memcpy(self->format, format, flen + 1);
+  const Py_buffer *vb = PyMemoryView_GET_BUFFER(mv);
+  self->nbytes = (size_t)vb->len;
+  self->ptr = vb->buf;
+  self->base = Py_NewRef(mv);
+  self->freed = 0;
+  return self;
+}
+
+/* _pickle_rebuild(device, payload, shape, format, itemsize, readonly,
+ * borrow=True) -> DeviceBuffer. `payload` is any C-contiguous buffer of
+ * exactly prod(shape) * itemsize bytes. On the host device the buffer
+ * borrows the payload when it may (borrow true, and the payload writable
+ * unless the buffer is read-only), else it copies once. `itemsize` comes
+ * from the pickle, so a format whose custom dtype this process does not
+ * know still round-trips verbatim. */
+static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
+  PyObject *device_arg, *payload, *shape_arg;
+  const char *format;
+  Py_ssize_t itemsize;
+  int readonly, borrow = 1;
+  if (!PyArg_ParseTuple(args, "OOOsnp|p:_pickle_rebuild", &device_arg, &payload, &shape_arg,
+                        &format, &itemsize, &readonly, &borrow))
+    return NULL;
+  Py_ssize_t shape[PyBUF_MAX_NDIM];
+  PyObject *seq = PySequence_Fast(shape_arg, "shape must be a sequence of ints");
+  if (seq == NULL) return NULL;
+  Py_ssize_t nd = PySequence_Fast_GET_SIZE(seq);
+  if (nd > PyBUF_MAX_NDIM) {
+    Py_DECREF(seq);
+    PyErr_Format(PyExc_ValueError, "shape has %zd dimensions; at most %d", nd, PyBUF_MAX_NDIM);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < nd; i++) {
+    shape[i] = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i), PyExc_OverflowError);
+    if (shape[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+    if (shape[i] < 0) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_ValueError, "shape[%zd] is negative (%zd)", i, shape[i]);
+      return NULL;
+    }
+  }
+  Py_DECREF(seq);
+  int ndim = (int)nd;
+  if (itemsize <= 0) {
+    PyErr_Format(PyExc_ValueError, "item size %zd in the pickle; need at least 1", itemsize);
+    return NULL;
+  }
+  Py_ssize_t items = dbp_c_strides(ndim, shape, itemsize, NULL);
+  if (items < 0 || (items && itemsize > PY_SSIZE_T_MAX / items)) {
+    PyErr_SetString(PyExc_OverflowError, "pickled buffer size does not fit in Py_ssize_t");
+    return NULL;
+  }
+  Py_ssize_t nbytes = items * itemsize;
+
+  PyObject *mv = PyMemoryView_FromObject(payload);
+  if (mv == NULL) return NULL;
+  const Py_buffer *vb = PyMemoryView_GET_BUFFER(mv);
+  if (!PyBuffer_IsContiguous(vb, 'C')) {
+    Py_DECREF(mv);
+    PyErr_SetString(PyExc_ValueError, "the pickled payload is not C-contiguous");
+    return NULL;
+  }
+  if (vb->len != nbytes) {
+    Py_DECREF(mv);
+    PyErr_Format(PyExc_ValueError,
+                 "the pickled payload has %zd bytes; shape and item size say %zd", vb->len,
+                 nbytes);
+    return NULL;
+  }
+  DbpDevice *d = dbp_device_get(device_arg);
+  if (d == NULL) {
+    Py_DECREF(mv);
+    return NULL;
+  }
+  DbpBuffer *out = NULL;
+  if (d->is_host && borrow && (readonly || !vb->readonly)) {
+    out = borrowed_new(d, ndim, shape, format, itemsize, readonly, mv);
+    if (out) g_borrowed++;
+  } else {
+    out = dbp_buffer_new(d, ndim, shape, format, itemsize, readonly);
+    if (out != NULL && nbytes > 0) {
+      devbuf_error err;
+      int rc = DEVBUF_OK;
+      void *dst = out->ptr, *src = vb->buf;
+      size_t n = (size_t)nbytes;
+      devbuf_error_clear(&err);
+      if (out->kind == DBP_MEM_HOST || d->is_host) {
+        DBP_NOGIL(memcpy(dst, src, n));
+        g_host_copies++;
+        g_host_bytes += n;
+      } else {
+        const devbuf_device *dev = &d->dev;
+        out->pins++;
+        DBP_NOGIL(rc = devbuf_copy_from_host_sync(dev, dst, 0, src, n, &err));
+        out->pins--;
+        if (rc != DEVBUF_OK) {
+          Py_CLEAR(out);
+          dbp_raise(&err);
+        } else {
+          g_h2d_copies++;
+          g_h2d_bytes += n;
+        }
+      }
+    }
+  }
+  Py_DECREF(d);
+  Py_DECREF(mv);
+  return (PyObject *)out;
+}
+
+/* ---- statistics --------------------------------------------------------------- */
+
+static PyObject *pk_stats(PyObject *mod, PyObject *unused) {
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "d2h_copies", g_d2h_copies, "d2h_bytes",
+                       g_d2h_bytes, "h2d_copies", g_h2d_copies, "h2d_bytes", g_h2d_bytes,
+                       "host_copies", g_host_copies, "host_bytes", g_host_bytes, "borrowed",
+                       g_borrowed);
+}
+
+static PyObject *pk_stats_reset(PyObject *mod, PyObject *unused) {
+  g_d2h_copies = g_d2h_bytes = g_h2d_copies = g_h2d_bytes = 0;
+  g_host_copies = g_host_bytes = g_borrowed = 0;
+  Py_RETURN_NONE;
+}
+
+/* ---- __reduce_ex__ -------------------------------------------------------------- */
+
+static PyObject *g_reduce; /* devbuf._pickle._reduce, imported on first use */
+
+static PyObject *pk_reduce_ex(PyObject *self, PyObject *protocol) {
+  if (g_reduce == NULL) {
+    PyObject *m = PyImport_ImportModule("devbuf._pickle");
+    if (m == NULL) return NULL;
+    g_reduce = PyObject_GetAttrString(m, "_reduce");
+    Py_DECREF(m);
+    if (g_reduce == NULL) return NULL;
+  }
+  return PyObject_CallFunctionObjArgs(g_reduce, self, protocol, NULL);
+}
+
+static PyMethodDef reduce_method = {
+    "__reduce_ex__", (PyCFunction)pk_reduce_ex, METH_O,
+    "Pickle support (PEP 574). Protocol 5: host-readable memory goes out as a PickleBuffer of "
+    "the memory itself, device memory as one copy in host staging memory; protocols 0-4: "
+    "in-band bytes. See docs/pickle-and-distributed.md."};
+
+static PyMethodDef pickle_functions[] = {
+    {"_pickle_download", (PyCFunction)(void (*)(void))pk_download, METH_FASTCALL,
+     "_pickle_download(obj, as_bytes=False): the contents, copied once (pickle support)."},
+    {"_pickle_rebuild", pk_rebuild, METH_VARARGS,
+     "_pickle_rebuild(device, payload, shape, format, itemsize, readonly, borrow=True) -> "
+     "DeviceBuffer (pickle support)."},
+    {"_pickle_stats", pk_stats, METH_NOARGS,
+     "Copies made by pickling in this process: d2h (device to host), h2d, host, borrowed."},
+    {"_pickle_stats_reset", pk_stats_reset, METH_NOARGS, "Zero the _pickle_stats counters."},
+    {NULL},
+};
+
+static int install_reduce(PyTypeObject *type) {
+  PyObject *d = PyDescr_NewMethod(type, &reduce_method);
+  if (d == NULL) return -1;
+  int rc = PyDict_SetItemString(type->tp_dict, reduce_method.ml_name, d);
+  Py_DECREF(d);
+  if (rc == 0) PyType_Modified(type);
+  return rc;
+}
+
+int dbp_pickle_init(PyObject *module) {
+  if (PyType_Ready(&DbpStaging_Type) < 0) return -1;
+  if (PyModule_AddObjectRef(module, "HostStaging", (PyObject *)&DbpStaging_Type) < 0) return -1;
+  if (PyModule_AddFunctions(module, pickle_functions) < 0) return -1;
+  if (install_reduce(&DbpBuffer_Type) < 0 || install_reduce(&DbpView_Type) < 0) return -1;
+  return 0;
+}
