@@ -99,6 +99,7 @@ endforeach()
 # executable of the project that has none (it only matters once installed).
 file(RELATIVE_PATH DEVBUF_BIN_TO_LIB
   ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR} ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR})
+string(REGEX REPLACE "/$" "" DEVBUF_BIN_TO_LIB "${DEVBUF_BIN_TO_LIB}")
 function(_devbuf_set_tool_rpath dir)
   get_property(_targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(_t ${_targets})

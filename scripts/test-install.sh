@@ -11,12 +11,18 @@
 #     from the runtime's own plugin directory with NO environment variable,
 #     and round-trip data through it; the installed devbuf-info must list it;
 #  5. move the whole prefix elsewhere and do it again (nothing is hard-coded);
-#  6. build the same plugin and program with pkg-config alone and run them.
+#  6. build the same plugin and program with pkg-config alone and run them;
+#  7. when the Python bindings can be built: the installed package (in
+#     <libdir>/pythonX.Y/site-packages) imports from the moved prefix, finds
+#     the installed plugins, round-trips data, and passes tests/python.
 #
-# Usage: scripts/test-install.sh [--keep] [--work DIR]
-#   --keep      keep the work directory even on success
-#   --work DIR  use DIR (created, must not exist) instead of a mktemp dir
-# Environment: DEVBUF_JOBS (default 2) parallel build jobs.
+# Usage: scripts/test-install.sh [--keep] [--work DIR] [--no-python]
+#   --keep       keep the work directory even on success
+#   --work DIR   use DIR (created, must not exist) instead of a mktemp dir
+#   --no-python  C only, even where the bindings could be built
+# Environment: DEVBUF_JOBS (default 2) parallel build jobs; DEVBUF_TEST_PYTHON
+# the interpreter for step 7 (default <repo>/.venv/bin/python; it needs
+# pytest and numpy, from requirements.txt).
 # Exit status 0 when every check passed. On failure the work directory is
 # kept and its path printed.
 set -euo pipefail
@@ -24,11 +30,13 @@ set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 keep=0
 work=""
+with_python=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
     --work) work="$2"; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --no-python) with_python=0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "test-install.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -66,11 +74,27 @@ clean_env=(env -u DEVBUF_PLUGINS -u DEVBUF_PLUGIN_PATH -u DEVBUF_NO_DEFAULT_PLUG
 
 prefix="$work/prefix"
 
+# The Python part runs where the bindings exist and an interpreter with the
+# test requirements is at hand.
+pyexe=""
+if [ "$with_python" = 1 ] && [ -f "$src/bindings/python/CMakeLists.txt" ]; then
+  for c in "${DEVBUF_TEST_PYTHON:-}" "$src/.venv/bin/python"; do
+    if [ -n "$c" ] && [ -x "$c" ] && "$c" -c "import pytest, numpy, sysconfig; assert sysconfig.get_paths()['include']" 2>/dev/null; then
+      pyexe="$c"; break
+    fi
+  done
+fi
+if [ -n "$pyexe" ]; then
+  pyflags=(-DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$pyexe")
+else
+  pyflags=(-DDEVBUF_BUILD_PYTHON=OFF)
+fi
+
 # ---- 1. build and install -------------------------------------------------
-step "build and install devbuf into $prefix"
+step "build and install devbuf into $prefix${pyexe:+ (with the Python package)}"
 # Warnings are the unit builds' business; here they must not stop an install.
 quiet cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_WERROR=OFF \
-  -DDEVBUF_BUILD_TESTS=OFF -DDEVBUF_BUILD_PYTHON=OFF -DCMAKE_INSTALL_PREFIX="$prefix"
+  -DDEVBUF_BUILD_TESTS=OFF "${pyflags[@]}" -DCMAKE_INSTALL_PREFIX="$prefix"
 quiet cmake --build "$work/build" -j"$jobs"
 quiet cmake --install "$work/build"
 
@@ -113,6 +137,16 @@ for t in "$prefix"/bin/*; do
   esac
 done
 echo "   $libdir/$soname, ${#tools[@]} tool(s), plugins: $(cd "$plugindir" && echo *.so)"
+if [ -n "$pyexe" ]; then
+  pyrel=$(cd "$prefix" && ls -d "$libdir"/python3*/site-packages/devbuf 2>/dev/null | head -1)
+  [ -n "$pyrel" ] && [ -e "$prefix/$pyrel/__init__.py" ] || die "no devbuf package under $prefix/$libdir/python3*/site-packages"
+  ext=$(ls "$prefix/$pyrel"/_devbuf*.so 2>/dev/null | head -1)
+  [ -n "$ext" ] || die "the extension _devbuf*.so is not installed in $prefix/$pyrel"
+  rp=$(readelf -d "$ext" | sed -n 's/.*R\(UN\)\{0,1\}PATH.*\[\(.*\)\]/\2/p')
+  [ "$(cd "$(dirname "$ext")/${rp#\$ORIGIN/}" && pwd -P)" = "$(cd "$prefix/$libdir" && pwd -P)" ] ||
+    die "the extension's RPATH '$rp' does not lead to $prefix/$libdir"
+  echo "   Python package: $pyrel (extension RPATH $rp)"
+fi
 
 # ---- 3. the out-of-tree example plugin ---------------------------------------
 step "build docs/examples/plugin-hostmem against the install"
@@ -209,6 +243,22 @@ if command -v pkg-config >/dev/null; then
     "$pc/hostmem-roundtrip" DEVBUF_PLUGINS
 else
   echo "   (pkg-config not found: skipped)"
+fi
+
+# ---- 7. the Python package from the (moved) prefix ---------------------------------
+if [ -n "$pyexe" ]; then
+  step "Python: import the installed package, no environment but PYTHONPATH"
+  sp="$prefix/$(dirname "$pyrel")"
+  quiet "${clean_env[@]}" PYTHONPATH="$sp" DEVBUF_SMOKE_PLUGIN_DIR="$plugindir" \
+    "$pyexe" "$src/scripts/pip_smoke.py"
+  # The example plugin was installed into devbuf's own directory above.
+  "${clean_env[@]}" PYTHONPATH="$sp" DEVBUF_SMOKE_PLUGIN_DIR="$plugindir" \
+    "$pyexe" "$src/scripts/pip_smoke.py" cpu devbuf.sim example.hostmem | sed 's/^/   /'
+  step "tests/python against the installed package"
+  PYTHONPATH="$sp" bash "$src/scripts/run-python-tests-installed.sh" \
+    "$pyexe" "$prefix/$pyrel" "$prefix/$libdir" "$work/pytest"
+else
+  echo "   (Python bindings not built here: step 7 skipped)"
 fi
 
 ok=1

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# run-python-tests-installed.sh PYTHON PKGDIR LIBDIR WORKDIR [pytest args...]
+#
+# Run tests/python against an INSTALLED devbuf package, never a build tree.
+#   PYTHON   interpreter whose sys.path reaches the installed package
+#            (a venv's python, or any python plus PYTHONPATH)
+#   PKGDIR   the installed package directory (.../site-packages/devbuf)
+#   LIBDIR   the directory of the installed libdevbuf.so
+#   WORKDIR  scratch directory (created if missing)
+# Used by test-install.sh and test-pip-install.sh.
+#
+# tests/python/conftest.py wants a build directory; it gets one under WORKDIR
+# that holds no devbuf: python/devbuf is an empty directory (a namespace-
+# package portion, which loses to the installed regular package on sys.path),
+# lib/ is LIBDIR, and python_tests/ holds the test-only extensions of
+# tests/python/CMakeLists.txt, built here for PYTHON. Tests that load
+# libdevbuf through ctypes get the installed one (DEVBUF_LIB).
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[ $# -ge 4 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+py="$1"; pkgdir="$2"; libdir="$3"; work="$4"; shift 4
+jobs=${DEVBUF_JOBS:-2}
+mkdir -p "$work"
+
+die() { echo "run-python-tests-installed.sh: FAIL: $*" >&2; exit 1; }
+quiet() {
+  local log="$work/log.$(date +%s%N)"
+  if ! "$@" >"$log" 2>&1; then tail -n 60 "$log" >&2; die "command failed: $*"; fi
+}
+
+if ! compgen -G "$src/tests/python/test_*.py" >/dev/null; then
+  echo "   (no tests in tests/python)"
+  exit 0
+fi
+
+quiet cmake -S "$src" -B "$work/testext" -G "Unix Makefiles" -DDEVBUF_WERROR=OFF \
+  -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$py"
+if [ -d "$work/testext/tests/python" ]; then
+  quiet make -C "$work/testext/tests/python" -j"$jobs"
+fi
+fake="$work/fake-build"
+rm -rf "$fake"
+mkdir -p "$fake/python/devbuf"
+ln -s "$libdir" "$fake/lib"
+if [ -d "$work/testext/python_tests" ]; then ln -s "$work/testext/python_tests" "$fake/python_tests"; fi
+
+export DEVBUF_BUILD_DIR="$fake" DEVBUF_LIB="$libdir/libdevbuf.so" PYTHONDONTWRITEBYTECODE=1
+unset DEVBUF_PLUGINS DEVBUF_PLUGIN_PATH DEVBUF_NO_DEFAULT_PLUGINS LD_LIBRARY_PATH
+"$py" - "$pkgdir" <<'PY' || die "with the test set-up, import devbuf does not give $pkgdir"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["DEVBUF_BUILD_DIR"], "python"))
+import devbuf
+got = os.path.realpath(os.path.dirname(os.path.abspath(devbuf.__file__)))
+assert got == os.path.realpath(sys.argv[1]), got
+PY
+cd "$work"
+"$py" -m pytest -q -p no:cacheprovider "$@" "$src/tests/python" ||
+  die "tests/python failed against the installed devbuf in $pkgdir"
