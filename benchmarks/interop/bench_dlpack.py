@@ -1,0 +1,98 @@
+"""DLPack exchange cost, devbuf against NumPy's own, in the same run.
+
+Run from the repository root, after building with the Python bindings:
+
+    DEVBUF_BUILD_DIR=build PYTHONPATH=build/python \
+        python benchmarks/interop/bench_dlpack.py [--quick] [--json out.json]
+
+Cases (ns per call, object creation and destruction included; best of
+interleaved rounds so that machine load hits every case alike):
+
+  import   devbuf.from_dlpack(np_array)  vs  np.from_dlpack(np_array)
+           (both call NumPy's __dlpack__, validate, and wrap the tensor);
+           devbuf.view(np_array) through the buffer protocol, for reference.
+  export   np.from_dlpack(devbuf_buffer)  vs  np.from_dlpack(np_array)
+           (NumPy as the consumer, devbuf's __dlpack__ vs NumPy's).
+  table    import through the DLPack 1.3 C exchange table, per tensor, from C:
+           type lookup (cached), borrowed DLTensor, devbuf_dlpack_describe
+           (ForeignArray, whose table has dltensor_from_py_object_no_sync);
+           and with an owning tensor plus its deleter (DeviceBuffer's table).
+           Goal: <= 100 ns per tensor.
+"""
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+import timeit
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("DEVBUF_BUILD_DIR", REPO / "build"))
+if str(BUILD / "python") not in sys.path:
+    sys.path.insert(0, str(BUILD / "python"))
+
+import numpy as np  # noqa: E402
+
+import devbuf  # noqa: E402
+
+
+def interleaved(cases, repeat):
+    best = {k: float("inf") for k in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(repeat):
+        for k, fn in cases.items():
+            best[k] = min(best[k], fn())
+    return best
+
+
+def py_case(stmt, env, number):
+    t = timeit.Timer(stmt, globals=env)
+    return lambda: t.timeit(number) / number * 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    number, repeat, n_c = (2000, 5, 20000) if args.quick else (20000, 31, 200000)
+
+    a = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    b = devbuf.from_host(a)
+    f = devbuf.from_dlpack(a).obj  # a ForeignArray over NumPy's tensor
+    env = dict(np=np, devbuf=devbuf, a=a, b=b)
+    bench = devbuf._devbuf._exchange_import_bench
+    cases = {
+        "devbuf.from_dlpack(np)": py_case("devbuf.from_dlpack(a)", env, number),
+        "np.from_dlpack(np)": py_case("np.from_dlpack(a)", env, number),
+        "devbuf.view(np) [buffer protocol]": py_case("devbuf.view(a)", env, number),
+        "np.from_dlpack(devbuf)": py_case("np.from_dlpack(b)", env, number),
+        "table: borrowed DLTensor (ForeignArray)": lambda: bench(f, n_c) * 1e9,
+        "table: owning tensor + deleter (DeviceBuffer)": lambda: bench(b, n_c) * 1e9,
+    }
+    best = interleaved(cases, repeat)
+    ratios = {
+        "import: devbuf.from_dlpack / np.from_dlpack":
+            best["devbuf.from_dlpack(np)"] / best["np.from_dlpack(np)"],
+        "export: np.from_dlpack(devbuf) / np.from_dlpack(np)":
+            best["np.from_dlpack(devbuf)"] / best["np.from_dlpack(np)"],
+    }
+    print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+          f"NumPy {np.__version__}, devbuf {devbuf.__version__}")
+    print("| case | ns per call |")
+    print("|---|---:|")
+    for k, v in best.items():
+        print(f"| {k} | {v:.0f} |")
+    print()
+    print("| ratio | value |")
+    print("|---|---:|")
+    for k, v in ratios.items():
+        print(f"| {k} | {v:.2f} |")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"ns": best, "ratios": ratios}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
