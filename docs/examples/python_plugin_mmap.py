@@ -24,7 +24,8 @@ What it shows:
 - device_info uses the devbuf_device_info layout (devbuf/device_info.h),
   packed and checked with the struct module;
 - one extension function, ``mapping_info``, and one dtype namespace,
-  ``[pymmap$rgb8]``, travel with the plugin.
+  ``[pymmap$rgb8]`` (the namespace is named after the plugin), travel with
+  the plugin.
 
 Thread safety: the runtime may call every operation from any thread at once.
 Each call holds the GIL, but a dict lookup followed by an update is not
@@ -262,7 +263,7 @@ class MmapDevice(PythonPlugin):
                     return m.size, m.device
         raise InvalidArgument(f"0x{ptr:x} is inside no allocation of {self.name}")
 
-    @dtype_namespace("pymmap", description="pixel formats of the mmap example: rgb8, rgba8")
+    @dtype_namespace(description="pixel formats of the mmap example: rgb8, rgba8")
     def pixel_dtype(self, payload):
         sizes = {"rgb8": 3, "rgba8": 4}
         if payload not in sizes:

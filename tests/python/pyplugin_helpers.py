@@ -203,13 +203,16 @@ def stats(index):
 
 class Faulty(MmapDevice):
     """MmapDevice whose operation `op` raises `self.faults[op]` (an exception
-    instance or class) instead of running."""
+    instance or class), or runs `self.replace[op](self, *args)`, instead of
+    its own code. The closures hold the wrapped methods, so a test changes
+    behaviour through these dicts, not by patching methods."""
 
     name = "faulty"
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self.faults = {}
+        self.replace = {}
 
 
 def _wrap(slot):
@@ -219,6 +222,9 @@ def _wrap(slot):
         exc = self.faults.get(slot)
         if exc is not None:
             raise exc
+        fn = self.replace.get(slot)
+        if fn is not None:
+            return fn(self, *args)
         return base(self, *args)
 
     method.__name__ = slot

@@ -165,9 +165,11 @@ def ext_function(signature: str, doc: Optional[str] = None, name: Optional[str] 
     return mark
 
 
-def dtype_namespace(id: str, provider: Optional[str] = None, description: str = ""):
-    """Mark a method as the interpreter of dtype namespace ``id``, registered
-    and unregistered together with the plugin. It gets the payload (str) and
+def dtype_namespace(id: Optional[str] = None, provider: Optional[str] = None,
+                    description: str = ""):
+    """Mark a method as the interpreter of dtype namespace ``id`` (default: the
+    plugin's ``name``), registered and unregistered together with the plugin,
+    and listed with provider = the plugin's name. It gets the payload (str) and
     returns None (not understood) or a mapping with ``itemsize`` and optionally
     kind, alignment, bits, elements_per_item, dlpack, canonical, plain_format."""
 
@@ -332,7 +334,7 @@ def register_plugin(plugin, *, origin: Optional[str] = None) -> Registration:
         namespaces = []
         try:
             for (nsid, provider, desc), fn in _marked(plugin, "__devbuf_dtype__"):
-                ns = _pyplugin.Namespace(nsid, fn, provider or name, desc)
+                ns = _pyplugin.Namespace(nsid or name, fn, provider or name, desc)
                 ns.register()
                 namespaces.append(ns)
         except BaseException:
@@ -469,10 +471,8 @@ def run_conformance(identifier: str, checks: Sequence[str] = (), *,
 
 @atexit.register
 def _at_exit():  # pragma: no cover - runs at interpreter exit
-    # Unregister what can be while Python still runs; whatever stays (busy)
-    # answers DEVBUF_ECALLBACK from now on instead of entering a dying
-    # interpreter.
-    try:
-        _pyplugin._shutdown_all()
-    finally:
-        _pyplugin._set_finalizing()
+    # Unregister what can be while Python still runs normally. What stays
+    # (memory still alive) keeps working for the finalizing thread, e.g. when
+    # module teardown frees the last buffers; other threads get
+    # DEVBUF_ECALLBACK instead of entering a dying interpreter.
+    _pyplugin._shutdown_all()

@@ -9,15 +9,15 @@
  * never seen), saves and restores any exception the thread already had
  * pending, and hands over to the owner's handler, which turns every Python
  * exception into a devbuf status before returning: nothing crosses into C.
- * Once the interpreter is finalizing, Python is not entered at all: the
- * `dead` handler answers instead. */
+ * Once the interpreter is finalizing, threads other than the finalizing one
+ * do not enter Python: the `dead` handler answers instead. */
 #include "pyplugin.h"
 
 #include <sched.h>
 #include <time.h>
 
 _Atomic long pp_live_closures;
-atomic_int pp_finalizing;
+unsigned long pp_main_thread;
 
 /* Owners whose callbacks this thread is inside, innermost last: an owner may
  * not be unregistered from inside its own callback (unregistering waits for
@@ -37,7 +37,11 @@ static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
   PpClosure *c = user_data;
   _Atomic long *inflight = c->inflight;
   atomic_fetch_add(inflight, 1);
-  if (atomic_load(&pp_finalizing) || !Py_IsInitialized() || _Py_IsFinalizing()) {
+  /* Once the interpreter finalizes, only the finalizing thread (the main
+   * thread, e.g. freeing a buffer during module teardown) may still run
+   * Python; any other thread would block forever or be terminated inside
+   * PyGILState_Ensure, with the caller's C locks held. */
+  if (!Py_IsInitialized() || (_Py_IsFinalizing() && PyThread_get_thread_ident() != pp_main_thread)) {
     c->dead(c, ret, args);
   } else {
     PyGILState_STATE g = PyGILState_Ensure();

@@ -228,11 +228,6 @@ static PyObject *m_live_closures(PyObject *self, PyObject *unused) {
   return PyLong_FromLong(atomic_load(&pp_live_closures));
 }
 
-static PyObject *m_set_finalizing(PyObject *self, PyObject *unused) {
-  atomic_store(&pp_finalizing, 1);
-  Py_RETURN_NONE;
-}
-
 static PyObject *m_status_name(PyObject *self, PyObject *arg) {
   long c = PyLong_AsLong(arg);
   if (c == -1 && PyErr_Occurred()) return NULL;
@@ -377,8 +372,6 @@ static PyMethodDef methods[] = {
      "this process."},
     {"_bench", m_bench, METH_VARARGS, "_bench(spec, op, n) -> ns per call (C loop, GIL released)."},
     {"_live_closures", m_live_closures, METH_NOARGS, "closures armed now (leak checks)."},
-    {"_set_finalizing", m_set_finalizing, METH_NOARGS,
-     "from now on closures answer without entering Python (atexit)."},
     {"_shutdown_all", pp_shutdown_all, METH_NOARGS,
      "unregister every table and namespace that can be; returns how many stayed."},
     {"status_name", m_status_name, METH_O, "status_name(code) -> 'DEVBUF_E...'."},
@@ -396,6 +389,16 @@ PyMODINIT_FUNC PyInit__pyplugin(void) {
   PyObject *m = PyModule_Create(&moddef);
   if (m == NULL) return NULL;
   if (PyType_Ready(&PpClosure_Type) < 0) goto fail;
+  {
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+    pp_main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
+    Py_XDECREF(threading);
+    Py_XDECREF(main);
+    Py_XDECREF(ident);
+    if (PyErr_Occurred()) goto fail;
+  }
   g_registry = PyDict_New();
   if (g_registry == NULL) goto fail;
   if (PyModule_AddObjectRef(m, "_registry", g_registry) < 0) goto fail;

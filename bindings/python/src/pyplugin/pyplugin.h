@@ -58,7 +58,8 @@ int pp_sig_parse_c(const char *text, pp_sig *out, char *why, size_t cap);
 typedef struct PpClosure PpClosure;
 /* Runs with the GIL held. `ret` and `args` are libffi's. */
 typedef void (*pp_handler)(PpClosure *c, void *ret, void **args);
-/* Runs WITHOUT the GIL when Python can no longer be entered (finalizing):
+/* Runs WITHOUT the GIL when this thread can no longer enter Python (the
+ * interpreter is finalizing in another thread):
  * must answer without touching Python. */
 typedef void (*pp_dead_handler)(PpClosure *c, void *ret, void **args);
 
@@ -87,10 +88,10 @@ PpClosure *pp_closure_new(const char *sig, PyObject *callable, pp_handler handle
 void pp_closure_release(PpClosure *c);
 /* Write `status` as the closure's int return value. */
 void pp_ret_int(void *ret, int status);
+/* threading.main_thread().ident: the thread that finalizes the interpreter. */
+extern unsigned long pp_main_thread;
 /* Closures alive (armed) in the process, for leak tests. */
 extern _Atomic long pp_live_closures;
-/* Set once Python is finalizing: trampolines then answer without Python. */
-extern atomic_int pp_finalizing;
 
 /* ---- errors and conversions (module.c) -------------------------------------------- */
 

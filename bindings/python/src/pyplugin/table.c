@@ -104,17 +104,24 @@ static PyObject *host_view(const void *p, size_t n, int writable) {
 /* Release the view; if the plugin kept an export, that is its bug. Returns
  * -1 with an exception only when `ok` (the call itself succeeded). */
 static int end_view(PyObject *mv, int ok, const char *op) {
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb); /* the call's own exception, kept aside */
+  /* Views made from ours (np.frombuffer(src), memoryview(src)) register on
+   * the same managed buffer: watch it, not just our view. */
+  PyObject *mbuf = Py_NewRef((PyObject *)((PyMemoryViewObject *)mv)->mbuf);
   PyObject *r = PyObject_CallMethod(mv, "release", NULL);
   Py_DECREF(mv);
-  if (r != NULL) {
-    Py_DECREF(r);
-    return 0;
-  }
-  if (!ok) { /* keep the call's own exception */
-    PyErr_Clear();
-    return 0;
-  }
+  int kept = r == NULL || ((_PyManagedBufferObject *)mbuf)->exports != 0;
+  Py_DECREF(mbuf);
+  Py_XDECREF(r);
   PyErr_Clear();
+  if (!kept || !ok) { /* nothing kept, or the call's exception is the better report */
+    PyErr_Restore(t, v, tb);
+    return 0;
+  }
+  Py_XDECREF(t);
+  Py_XDECREF(v);
+  Py_XDECREF(tb);
   PyErr_Format(PyExc_BufferError,
                "%s kept an export of the host memoryview past the call (the memory is only "
                "lent for the call: copy it if it is needed later)", op);
