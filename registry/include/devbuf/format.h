@@ -18,6 +18,9 @@
  *                          struct module: itemsize == struct.calcsize(fmt),
  *                          an error wherever struct raises (no trailing
  *                          padding, prefix only at the start, no T{} or [...]).
+ *                          `alignment` is then what an array of items at
+ *                          stride itemsize keeps: the largest power of two
+ *                          dividing itemsize, at most the largest member's.
  *   DEVBUF_FORMAT_NUMPY    the layout rules of NumPy's _dtype_from_pep3118:
  *                          byte order leaks out of T{}, the final padding
  *                          depends on the byte-order state at the end of each
@@ -240,7 +243,11 @@ DEVBUF_API int devbuf_format_flatten(const devbuf_format *f, devbuf_format_item 
  * devbuf_dtype_register (newest first); then the dtype_namespaces of loaded
  * plugins, in load order. The first namespace with the id answers; if it
  * returns DEVBUF_ENOTFOUND for a payload, the engine moves on to the next
- * *alternative* of the custom dtype, not to another namespace. */
+ * *alternative* of the custom dtype, not to another namespace.
+ * A plugin's namespaces stop resolving when the plugin is unregistered; a
+ * call already running in one is not waited for (plugins are never
+ * dlclosed and their descriptors are static, so it finishes safely as long
+ * as the interpreter does not use state that the plugin's shutdown frees). */
 
 /* Longest dtype id accepted, in bytes. */
 #define DEVBUF_DTYPE_ID_MAX 63
