@@ -358,3 +358,30 @@ def test_plain_objects_still_refused():
         devbuf.view(object())
     with pytest.raises(TypeError, match="__dlpack__"):
         devbuf.from_dlpack(object())
+
+
+def test_nothing_leaks_over_many_exchanges(sim):
+    import sys
+    a = np.arange(16, dtype=np.float32)
+    b = devbuf.from_host(a)
+    s = devbuf.from_host(a, device=sim)
+    gc.collect()
+    ref_a, ref_b = sys.getrefcount(a), sys.getrefcount(b)
+    stats0 = devbuf.plugin_stats("sim")
+    live0 = live_tensors()
+    for _ in range(200):
+        devbuf.from_dlpack(a).release()
+        np.from_dlpack(b)
+        b.__dlpack__(max_version=(1, 3))
+        devbuf.from_dlpack(b)
+        devbuf.from_dlpack(s)
+        np.from_dlpack(s, device="cpu")
+        devbuf.from_dlpack(Producer(a, legacy_only=True))
+        devbuf._devbuf._exchange_import_bench(b, 3)
+    gc.collect()
+    assert sys.getrefcount(a) == ref_a and sys.getrefcount(b) == ref_b
+    assert b.exports == 0 and s.exports == 0
+    stats1 = devbuf.plugin_stats("sim")
+    assert stats1["live_allocations"] == stats0["live_allocations"]
+    assert stats1["live_events"] == stats0["live_events"]
+    assert live_tensors() == live0  # every hand-made tensor was deleted
