@@ -386,3 +386,21 @@ def test_nothing_leaks_over_many_exchanges(sim):
     assert stats1["live_allocations"] == stats0["live_allocations"]
     assert stats1["live_events"] == stats0["live_events"]
     assert live_tensors() == live0  # every hand-made tensor was deleted
+
+
+def test_opencl_handles_through_dlpack():
+    try:
+        d = devbuf.device("devbuf.opencl:0")
+    except devbuf.Error as e:
+        pytest.skip(f"devbuf.opencl is not available: {e}")
+    a = np.arange(6, dtype=np.float32)
+    b = devbuf.from_host(a, device=d)
+    assert b.__dlpack_device__() == (4, 0)  # kDLOpenCL
+    v = devbuf.from_dlpack(b)
+    assert v.identifier == "devbuf.opencl" and v.ptr == b.ptr  # the cl_mem handle itself
+    assert np.array_equal(np.asarray(v.to_host()), a)
+    assert np.array_equal(np.from_dlpack(b, device="cpu"), a)
+    # A handle cannot be offset inside a Py_buffer: refused, clearly.
+    with pytest.raises(BufferError, match="handle"):
+        devbuf.from_dlpack(Producer(a, device=(4, 0), data=b.ptr, byte_offset=8, shape=(4,),
+                                    strides=(1,)))
