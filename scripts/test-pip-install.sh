@@ -155,7 +155,23 @@ quiet "${clean_env[@]}" DEVBUF_PLUGIN_PATH="$work/example" "$vpy" "$src/scripts/
 # ---- 5. the Python tests against the installed package ---------------------------
 if [ "$pytest" = 1 ] && compgen -G "$src/tests/python/test_*.py" >/dev/null; then
   step "tests/python against the installed package"
-  quiet "$vpy" -m pip install -r "$src/requirements.txt"
+  # The test requirements (numpy, jax, ...) are big: borrow them from the
+  # project's .venv when it has them, through a .pth file that comes after
+  # the fresh venv's own site-packages (so devbuf is still the fresh one);
+  # otherwise install them from requirements.txt.
+  vsp=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  psp=""
+  if [ -x "$src/.venv/bin/python" ]; then
+    psp=$("$src/.venv/bin/python" -c 'import sys, sysconfig, pytest, numpy
+if sys.version_info[:2] == tuple(map(int, sys.argv[1].split("."))): print(sysconfig.get_paths()["purelib"])' \
+      "$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" 2>/dev/null || true)
+  fi
+  if [ -n "$psp" ] && [ ! -e "$psp/devbuf" ]; then
+    echo "$psp" > "$vsp/zz_devbuf_test_requirements.pth"
+    echo "   test requirements borrowed from $psp"
+  else
+    quiet "$vpy" -m pip install -r "$src/requirements.txt"
+  fi
   bash "$src/scripts/run-python-tests-installed.sh" "$vpy" "$pkgdir" "$pkgdir/lib" "$work/pytest"
 fi
 
