@@ -580,7 +580,11 @@ out:
 static int xa_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
   void *m = NULL;
   *out = NULL;
-  if (dbp_dlpack_export((PyObject *)py_object, 1, NULL, 0, NULL, -1, &m) < 0) return -1;
+  /* "NoSync" leaves stream work to the consumer, who works on
+   * current_work_stream: devbuf's default stream. A pending producer event
+   * is made a dependency of that stream (device-side, no host wait), so
+   * that what current_work_stream says holds. */
+  if (dbp_dlpack_export((PyObject *)py_object, 1, NULL, 1, NULL, -1, &m) < 0) return -1;
   *out = m;
   return 0;
 }

@@ -388,6 +388,8 @@ const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
   return api;
 }
 
+static int after_stream_import(DbpForeign *f);
+
 /* Import through the table: an owning tensor, then the producer's current
  * stream turned into an event. */
 static DbpForeign *import_exchange(PyObject *obj, const devbuf_dlpack_exchange_api *api) {
@@ -411,7 +413,12 @@ static DbpForeign *import_exchange(PyObject *obj, const devbuf_dlpack_exchange_a
       Py_DECREF(f);
       return NULL;
     }
-    if (stream != NULL && foreign_record(f, stream, "DLPack exchange import") < 0) {
+    /* The producer's work stream (NULL: its device's default stream, where
+     * devbuf itself orders its work) gets an event every reader waits on:
+     * with no sync from the producer, this is what makes the data safe. */
+    int rc = stream != NULL ? foreign_record(f, stream, "DLPack exchange import")
+                            : after_stream_import(f);
+    if (rc < 0) {
       Py_DECREF(f);
       return NULL;
     }
