@@ -119,6 +119,10 @@ int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props
   props->dlpack_device_type = -1;
   CALL(dev, "device_props", device_props, props);
   props->struct_size = sizeof *props;
+  /* A plugin that fills a name to the brim must not hand callers an
+   * unterminated string (found by fuzz_plugin_table). */
+  props->name[sizeof props->name - 1] = '\0';
+  props->vendor[sizeof props->vendor - 1] = '\0';
   return DEVBUF_OK;
 }
 

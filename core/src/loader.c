@@ -60,10 +60,32 @@ static int fail_record(devbuf_backend *b, int code, size_t *index, devbuf_error 
   b->error_code = code;
   free(b->reason);
   b->reason = devbuf__strdup(msg);
+  /* Records are never freed, and there are DEVBUF_MAX_PLUGINS of them, so a
+   * failure adds one only when a listing needs it: a table registered in
+   * memory gets its error back and leaves no record, and a file that fails
+   * again exactly as before reuses its record (a program retrying a broken
+   * plugin in a loop must not exhaust the table; found by fuzzing). */
+  int rc = DEVBUF_EEXIST;
   pthread_mutex_lock(&devbuf__rt.lock);
-  int rc = publish(b, index, NULL);
+  if (strcmp(b->source, "registered") == 0) {
+    if (index) *index = (size_t)-1;
+  } else {
+    size_t n = atomic_load(&devbuf__rt.nbackends);
+    for (size_t i = 0; i < n; i++) {
+      const devbuf_backend *o = devbuf__rt.backends[i];
+      if (o->state == DEVBUF_PLUGIN_FAILED && o->error_code == code &&
+          strcmp(o->path, b->path) == 0 && strcmp(o->source, b->source) == 0 &&
+          o->reason && b->reason && strcmp(o->reason, b->reason) == 0) {
+        if (index) *index = i;
+        break;
+      }
+      if (i + 1 == n) rc = DEVBUF_OK;
+    }
+    if (n == 0) rc = DEVBUF_OK;
+    if (rc == DEVBUF_OK) rc = publish(b, index, NULL);
+  }
   pthread_mutex_unlock(&devbuf__rt.lock);
-  if (rc != DEVBUF_OK) { /* could not even record it: free it */
+  if (rc != DEVBUF_OK) { /* not recorded (or could not be): free it */
     free(b->path); free(b->source); free(b->reason); free(b->identifiers);
     free(b->name); free(b->version); free(b->description); free(b);
   }
@@ -133,10 +155,18 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
                      DEVBUF_ABI_MAJOR);
     goto fail;
   }
-  /* Zero-padded host copy: fields the plugin did not declare read as NULL. */
+  /* Zero-padded host copy: fields the plugin did not declare read as NULL.
+   * Whole fields only: a struct_size ending inside a pointer must not leave
+   * half a pointer behind (found by fuzz_plugin_table). Every field after
+   * the 8-byte header is pointer-sized. */
+  _Static_assert(offsetof(devbuf_plugin_table, name) == sizeof(void *) &&
+                     sizeof(devbuf_plugin_table) % sizeof(void *) == 0,
+                 "plugin table fields after the header are pointer-sized");
+  size_t keep = size < sizeof b->table ? size : sizeof b->table;
+  keep -= keep % sizeof(void *);
   memset(&b->table, 0, sizeof b->table);
-  memcpy(&b->table, table, size < sizeof b->table ? size : sizeof b->table);
-  b->table.struct_size = size < sizeof b->table ? size : (uint32_t)sizeof b->table;
+  memcpy(&b->table, table, keep);
+  b->table.struct_size = (uint32_t)keep;
   const devbuf_plugin_table *t = &b->table;
 
   if (!devbuf__printable(t->name, MAX_NAME) || t->name[0] == '\0') {
@@ -179,6 +209,14 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
                        path, b->name, nids, e.message);
       goto fail;
     }
+    for (size_t j = 0; j < nids; j++) {
+      if (strcmp(t->identifiers[j], t->identifiers[nids]) == 0) {
+        rc = fail_record(b, DEVBUF_EABI, index, err,
+                         "%s (%s): identifier '%s' is listed twice (#%zu and #%zu)", path,
+                         b->name, t->identifiers[nids], j, nids);
+        goto fail;
+      }
+    }
     if (strcmp(t->identifiers[nids], "cpu") == 0 && !may_claim_cpu(b)) {
       rc = fail_record(b, DEVBUF_EABI, index, err,
                        "%s (%s): identifier 'cpu' is reserved (by the buffer-protocol draft, for "
@@ -215,29 +253,40 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   }
   pthread_mutex_lock(&devbuf__rt.lock);
   size_t n = atomic_load(&devbuf__rt.nbackends);
-  for (size_t i = 0; i < nids; i++) {
-    const char *in = devbuf__intern(t->identifiers[i]);
-    size_t owner = 0;
-    int crc = in ? devbuf__ident_claim(in, n, &owner) : DEVBUF_ENOMEM;
-    if (crc != DEVBUF_OK) {
-      devbuf__ident_release_backend(n);
-      pthread_mutex_unlock(&devbuf__rt.lock);
-      free(ids);
-      if (t->shutdown) t->shutdown(b->plugin_state);
-      b->plugin_state = NULL;
-      if (crc == DEVBUF_EEXIST) {
-        devbuf_backend *o = devbuf__rt.backends[owner];
-        rc = fail_record(b, DEVBUF_EEXIST, index, err,
-                         "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s",
-                         path, b->name, t->identifiers[i], o->name ? o->name : "?", o->path);
-      } else {
-        rc = fail_record(b, DEVBUF_ENOMEM, index, err,
-                         "%s (%s): cannot intern identifier '%s' (registry full)", path, b->name,
-                         t->identifiers[i]);
-      }
-      goto fail;
+  size_t bad = 0, owner = 0;
+  int crc = DEVBUF_OK;
+  /* Look before interning: a refused table must not use up interned
+   * entries (there are 1024 and they are never freed). */
+  for (size_t i = 0; i < nids && crc == DEVBUF_OK; i++)
+    if (devbuf__ident_find(t->identifiers[i], NULL, &owner) == DEVBUF_OK) {
+      crc = DEVBUF_EEXIST;
+      bad = i;
     }
-    ids[i] = in;
+  for (size_t i = 0; i < nids && crc == DEVBUF_OK; i++) {
+    ids[i] = devbuf__intern(t->identifiers[i]);
+    crc = ids[i] ? devbuf__ident_claim(ids[i], n, &owner) : DEVBUF_ENOMEM;
+    bad = i;
+  }
+  if (crc != DEVBUF_OK) {
+    devbuf__ident_release_backend(n);
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    free(ids);
+    if (t->shutdown) t->shutdown(b->plugin_state);
+    b->plugin_state = NULL;
+    if (crc == DEVBUF_EEXIST) {
+      /* The owner is a published record: duplicates within this table were
+       * refused above, so it is never this one. */
+      const devbuf_backend *o = owner < n ? devbuf__rt.backends[owner] : NULL;
+      rc = fail_record(b, DEVBUF_EEXIST, index, err,
+                       "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s",
+                       path, b->name, t->identifiers[bad], o && o->name ? o->name : "?",
+                       o ? o->path : "?");
+    } else {
+      rc = fail_record(b, DEVBUF_ENOMEM, index, err,
+                       "%s (%s): cannot intern identifier '%s' (registry full)", path, b->name,
+                       t->identifiers[bad]);
+    }
+    goto fail;
   }
   free(b->identifiers);
   b->identifiers = ids;
@@ -270,11 +319,26 @@ static int already_loaded(const char *real, size_t *index) {
   return 0;
 }
 
+static int load_file_locked(const char *p, const char *source, size_t *index, devbuf_error *err);
+
+/* File loads are serialized: two threads loading the same file must get the
+ * same record, not one success and one "identifier already implemented by
+ * <itself>" (found by tests/stress). Recursive, in case a plugin's init loads
+ * another plugin. Lookups and registrations of tables do not take it. */
+static pthread_mutex_t g_load_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
 int devbuf__load_file(const char *path, const char *source, size_t *index, devbuf_error *err) {
   char real[PATH_MAX];
   if (path == NULL || path[0] == '\0')
     return devbuf_error_set(err, DEVBUF_EINVAL, "plugin path is NULL or empty");
   const char *p = realpath(path, real) ? real : path;
+  pthread_mutex_lock(&g_load_lock);
+  int rc = load_file_locked(p, source, index, err);
+  pthread_mutex_unlock(&g_load_lock);
+  return rc;
+}
+
+static int load_file_locked(const char *p, const char *source, size_t *index, devbuf_error *err) {
   if (already_loaded(p, index)) return DEVBUF_OK;
   dlerror();
   void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);

@@ -54,7 +54,7 @@ int devbuf_plugin_info_get(size_t index, devbuf_plugin_info *out, devbuf_error *
   out->description = b->description;
   out->abi_major = b->abi_major;
   out->abi_minor = b->abi_minor;
-  out->reason = b->reason;
+  out->reason = b->state == DEVBUF_PLUGIN_UNREGISTERED ? "unregistered" : b->reason;
   out->identifiers = b->identifiers;
   out->table = b->state == DEVBUF_PLUGIN_LOADED ? &b->table : NULL;
   return DEVBUF_OK;
@@ -96,9 +96,9 @@ int devbuf_plugin_unregister(size_t index, devbuf_error *err) {
                             (unsigned long long)e, (unsigned long long)h);
   }
   devbuf__ident_release_backend(index);
+  /* b->reason stays: a reader may hold it (strings handed out live until
+   * exit); devbuf_plugin_info_get says "unregistered" instead. */
   b->state = DEVBUF_PLUGIN_UNREGISTERED;
-  free(b->reason);
-  b->reason = devbuf__strdup("unregistered");
   pthread_mutex_unlock(&devbuf__rt.lock);
   if (b->table.shutdown) b->table.shutdown(b->plugin_state);
   b->plugin_state = NULL;
@@ -130,7 +130,8 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
     if (rc != DEVBUF_OK && !e.message[0])
       snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
                devbuf_status_name(rc));
-    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (rc == DEVBUF_ENODEV ? DEVBUF_ENODEV : rc);
+    /* A negative code breaks the plugin contract: keep statuses positive. */
+    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (rc < 0 ? DEVBUF_EBACKEND : rc);
     b->count = rc == DEVBUF_OK ? n : 0;
     snprintf(b->count_reason, sizeof b->count_reason, "%s", rc == DEVBUF_OK ? "" : e.message);
     b->count_probed = 1;

@@ -5,6 +5,7 @@
  * operation completes before it returns, so streams and events are trivial:
  * a stream is the NULL handle and an event is a tiny heap object (so that
  * create/destroy are real and leak checks see them). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +16,42 @@
 #define CPU_EVENT_MAGIC 0x63707565u /* "cpue" */
 
 typedef struct cpu_event { uint32_t magic; } cpu_event;
+
+/* The live events. An event handle arrives from callers and, through
+ * device_info, from other producers: it is looked up here, never
+ * dereferenced on trust (a stale or foreign pointer would crash; found by
+ * fuzz_device_info). A cpu process has few live events: a plain array. */
+static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
+static const void **g_events;
+static size_t g_nevents, g_events_cap;
+
+static int events_add(const void *e) {
+  int ok = 1;
+  pthread_mutex_lock(&g_events_lock);
+  if (g_nevents == g_events_cap) {
+    size_t cap = g_events_cap ? g_events_cap * 2 : 16;
+    const void **n = realloc(g_events, cap * sizeof *n);
+    if (n == NULL) ok = 0;
+    else { g_events = n; g_events_cap = cap; }
+  }
+  if (ok) g_events[g_nevents++] = e;
+  pthread_mutex_unlock(&g_events_lock);
+  return ok;
+}
+
+/* 1 if `e` is a live event (and, with `remove`, no longer one). */
+static int events_has(const void *e, int remove) {
+  int found = 0;
+  pthread_mutex_lock(&g_events_lock);
+  for (size_t i = 0; i < g_nevents; i++) {
+    if (g_events[i] != e) continue;
+    found = 1;
+    if (remove) g_events[i] = g_events[--g_nevents];
+    break;
+  }
+  pthread_mutex_unlock(&g_events_lock);
+  return found;
+}
 
 static int check_device(int device, const char *op, devbuf_error *err) {
   if (device != 0) return devbuf_error_set(err, DEVBUF_ENODEV, "%s: cpu has one device (0), not %d", op, device);
@@ -104,7 +141,7 @@ static int cpu_stream_synchronize(void *state, int device, void *stream, devbuf_
 }
 
 static int check_event(void *event, const char *op, devbuf_error *err) {
-  if (event == NULL || ((cpu_event *)event)->magic != CPU_EVENT_MAGIC)
+  if (event == NULL || !events_has(event, 0))
     return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a cpu event", op, event);
   return DEVBUF_OK;
 }
@@ -115,13 +152,17 @@ static int cpu_event_create(void *state, int device, void **event, devbuf_error 
   cpu_event *e = malloc(sizeof *e);
   if (e == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of memory");
   e->magic = CPU_EVENT_MAGIC;
+  if (!events_add(e)) {
+    free(e);
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of memory");
+  }
   *event = e;
   return DEVBUF_OK;
 }
 
 static int cpu_event_destroy(void *state, int device, void *event, devbuf_error *err) {
-  int rc = check_event(event, "event_destroy", err);
-  if (rc) return rc;
+  if (event == NULL || !events_has(event, 1))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "event_destroy: %p is not a cpu event", event);
   ((cpu_event *)event)->magic = 0;
   free(event);
   return DEVBUF_OK;
@@ -170,10 +211,17 @@ static int cpu_info_import(void *state, const char *identifier, const void *info
   if (di->version != DEVBUF_DEVICE_INFO_VERSION)
     return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: version %u, expected %d", di->version,
                             DEVBUF_DEVICE_INFO_VERSION);
+  if (di->reserved0 != 0)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: reserved0 is 0x%x, must be zero", di->reserved0);
+  for (size_t i = 0; i < sizeof di->reserved / sizeof di->reserved[0]; i++)
+    if (di->reserved[i] != 0)
+      return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: reserved[%zu] is nonzero", i);
+  if (di->flags & ~(uint32_t)(DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE | DEVBUF_DEVICE_INFO_READONLY))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: unknown flags 0x%x", di->flags);
   if (di->device_ordinal != 0)
     return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: device_ordinal %d, cpu has only 0", di->device_ordinal);
-  if (di->event != NULL && ((const cpu_event *)di->event)->magic != CPU_EVENT_MAGIC)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: event %p is not a cpu event", di->event);
+  if (di->event != NULL && !events_has(di->event, 0))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info: event %p is not a live cpu event", di->event);
   out->flags = di->flags;
   out->device_ordinal = 0;
   out->event = di->event;

@@ -90,12 +90,14 @@ DEVBUF_API size_t devbuf_plugin_count(void);
 DEVBUF_API int devbuf_plugin_info_get(size_t index, devbuf_plugin_info *out, devbuf_error *err);
 
 /* Load one more plugin file now. On failure the record is still added (so a
- * listing shows it) and its index returned through *index when non-NULL. */
+ * listing shows it) and its index returned through *index when non-NULL; a
+ * file that fails again exactly as before reuses its record. */
 DEVBUF_API int devbuf_plugin_load(const char *path, size_t *index, devbuf_error *err);
 
 /* Register a table that is already in memory (a plugin produced at run time,
  * e.g. through libffi closures; or a test double). `origin` names it in
- * listings. The table must outlive the registration. */
+ * listings. The table must outlive the registration. On failure no record is
+ * added (records are never freed): *index is set to (size_t)-1. */
 DEVBUF_API int devbuf_plugin_register(const devbuf_plugin_table *table, const char *origin,
                                       size_t *index, devbuf_error *err);
 /* Remove a registered or loaded plugin: its identifiers stop resolving and
