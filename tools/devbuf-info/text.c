@@ -377,7 +377,7 @@ static void print_plugins(FILE *out, const info_model *m, const info_options *o)
         char ex[1024] = "";
         size_t len = 0;
         for (size_t k = 0; t->ext_functions && k < t->ext_function_count && len < sizeof ex; k++)
-          len += (size_t)snprintf(ex + len, sizeof ex - len, "%s%s%s", k ? " " : "",
+          len += (size_t)snprintf(ex + len, sizeof ex - len, "%s%s:%s", k ? " " : "",
                                   INFO_STR(t->ext_functions[k].name),
                                   INFO_STR(t->ext_functions[k].signature));
         note(out, "ext functions", ex, o->width);
