@@ -25,7 +25,7 @@ typedef struct devbuf_allocmap {
 
 struct devbuf_backend {
   size_t index;
-  int state;       /* enum devbuf_plugin_state */
+  _Atomic int state; /* enum devbuf_plugin_state; read without the lock */
   int error_code;  /* why FAILED */
   char *path;
   char *source;
