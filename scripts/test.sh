@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the plain build (ctest + pytest), then the sanitizer build
-# (AddressSanitizer + UndefinedBehaviorSanitizer, ctest). Set-up included.
+# (AddressSanitizer + UndefinedBehaviorSanitizer, ctest), the ThreadSanitizer
+# build (ctest -L tsan) and the fuzzers (bounded). Set-up included.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -27,6 +28,26 @@ scripts/setup.sh build-asan -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_P
 step "ctest (address,undefined sanitizers)"
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   ctest --test-dir build-asan --output-on-failure -j"$JOBS" --timeout 600 -LE no_sanitizer || status=1
+
+# ---- hardening (issue 10): ThreadSanitizer stage, then the fuzzers, bounded ----
+# TSan runs the tests labelled `tsan` (threads in the loader, sim, conformance
+# suite, GPU fakes, tests/stress, fuzz replays); each fuzz target then runs for
+# DEVBUF_FUZZ_SECONDS (default 20) from its seed corpus and regress/ inputs.
+step "build (thread sanitizer)"
+scripts/setup.sh build-tsan -DDEVBUF_SANITIZE=thread -DDEVBUF_BUILD_PYTHON=OFF \
+  -DCMAKE_BUILD_TYPE=Debug || exit 1
+
+step "ctest -L tsan (thread sanitizer)"
+TSAN_OPTIONS="second_deadlock_stack=1" \
+  ctest --test-dir build-tsan --output-on-failure -j"$JOBS" --timeout 600 -L tsan || status=1
+
+step "build (fuzz targets: clang, libFuzzer + ASan + UBSan)"
+scripts/setup.sh build-fuzz -DCMAKE_C_COMPILER=clang -DDEVBUF_FUZZ=ON -DDEVBUF_WERROR=OFF \
+  -DDEVBUF_BUILD_PYTHON=OFF -DDEVBUF_FUZZ_SECONDS="${DEVBUF_FUZZ_SECONDS:-20}" || exit 1
+
+step "fuzz (every target, bounded)"
+ctest --test-dir build-fuzz --output-on-failure -j"$JOBS" -R '^fuzz_' -E '_replay$' || status=1
+# ---- end of hardening stages ----
 
 step "summary"
 if (( status == 0 )); then echo "all test suites passed"; else echo "SOME TESTS FAILED"; fi
