@@ -590,7 +590,7 @@ static void release_closures(PpTable *t) {
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(t->closures); i++)
     pp_closure_release((PpClosure *)PyList_GET_ITEM(t->closures, i));
   Py_CLEAR(t->closures);
-  memset((char *)&t->table + offsetof(devbuf_plugin_table, init), 0,
+  memset((unsigned char *)t + offsetof(PpTable, table) + offsetof(devbuf_plugin_table, init), 0,
          sizeof t->table - offsetof(devbuf_plugin_table, init));
 }
 
@@ -621,7 +621,12 @@ static int add_closure(PpTable *t, PpClosure *c, size_t offset) {
     Py_DECREF(c);
     return -1;
   }
-  if (offset != (size_t)-1) memcpy((char *)&t->table + offset, &c->code, sizeof c->code);
+  if (offset != (size_t)-1) {
+    /* Addressed from the object, not from &t->table, which GCC's object-size
+     * tracking takes for its first member. */
+    unsigned char *slot = (unsigned char *)t + offsetof(PpTable, table) + offset;
+    memcpy(slot, &c->code, sizeof c->code);
+  }
   Py_DECREF(c);
   return 0;
 }
