@@ -23,6 +23,8 @@
 #include "dbp.h"
 
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Copies made by this file; updated with the GIL held. */
 static unsigned long long g_d2h_copies, g_d2h_bytes; /* device -> host (downloads) */
@@ -145,6 +147,26 @@ static int copy_out(const pk_source *s, void *dst, devbuf_error *err) {
   return devbuf_copy_to_host_sync(s->dev, dst, s->ptr, 0, s->nbytes, s->event, err);
 }
 
+/* Ask for transparent huge pages on large staging memory before the copy
+ * first touches it, as NumPy does for its large arrays: with 4 KiB pages the
+ * page faults of a fresh destination cost more than the copy itself. A
+ * hint only: errors are ignored, and memory already populated (pinned
+ * memory, say) is left as it is. */
+static void advise_huge_pages(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  const size_t huge = (size_t)2 << 20;
+  long pg = sysconf(_SC_PAGESIZE);
+  if (n < 2 * huge || pg <= 0) return;
+  uintptr_t page = (uintptr_t)pg;
+  uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
+  uintptr_t e = ((uintptr_t)p + n) & ~(page - 1);
+  if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
 /* Allocate the destination (bytes, bytearray or staging) and copy once.
  * `pins` is the source's pin counter. */
 static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
@@ -183,6 +205,7 @@ static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
         Py_DECREF(st);
         return dbp_raise(&err);
       }
+      advise_huge_pages(p, n);
       st->ptr = p;
     }
     out = (PyObject *)st;
