@@ -251,14 +251,17 @@ class Registration:
 
         Raises devbuf.PluginError (code DEVBUF_EBUSY) while memory, streams or
         events created through the plugin are alive: nothing is changed then."""
+        # No lock held while the table is unregistered: that waits for calls
+        # in flight, and one of them may be registering something itself.
+        # The table refuses a second unregister on its own.
+        if self._table.state != "registered":
+            raise RuntimeError(f"python plugin '{self.name}' is not registered")
+        self._table.unregister()
+        for ns in self._namespaces:
+            if ns.state == "registered":
+                ns.unregister()
+        self._namespaces = ()
         with _lock:
-            if self._table.state != "registered":
-                raise RuntimeError(f"python plugin '{self.name}' is not registered")
-            self._table.unregister()
-            for ns in self._namespaces:
-                if ns.state == "registered":
-                    ns.unregister()
-            self._namespaces = ()
             _registrations.pop(self._plugin_id, None)
 
     def __enter__(self):
