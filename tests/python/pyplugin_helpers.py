@@ -65,7 +65,9 @@ class Props(ctypes.Structure):
 def _lib():
     import devbuf  # noqa: F401  (loads the very libdevbuf the bindings use)
 
-    lib = ctypes.CDLL(str(BUILD / "lib" / "libdevbuf.so.0"))
+    # The library the bindings loaded: DEVBUF_LIB when testing an installed
+    # devbuf (scripts/run-python-tests-installed.sh), else the build's.
+    lib = ctypes.CDLL(os.environ.get("DEVBUF_LIB") or str(BUILD / "lib" / "libdevbuf.so.0"))
     lib.devbuf_status_name.restype = ctypes.c_char_p
     return lib
 
