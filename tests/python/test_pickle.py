@@ -4,6 +4,7 @@ docs/pickle-and-distributed.md describes the behaviour tested here."""
 import copy
 import ctypes
 import gc
+import os
 import pickle
 import pickletools
 import subprocess
@@ -308,6 +309,60 @@ def test_device_memory_in_band_copied_once(sim, protocol):
     assert s["d2h_copies"] == 1 and s["d2h_bytes"] == a.nbytes and s["host_copies"] == 0
     assert devbuf.plugin_stats("cpu")["total_allocations"] == cpu_before
     np.testing.assert_array_equal(values(pickle.loads(data)), a)
+
+
+def test_staging_cache_off_by_default():
+    if os.environ.get("DEVBUF_PICKLE_STAGING_CACHE_MB"):
+        pytest.skip("DEVBUF_PICKLE_STAGING_CACHE_MB is set")
+    assert _devbuf._pickle_staging_cache() == 0
+
+
+def test_staging_cache_reuses_one_block(sim):
+    n = 4 << 20
+    a = np.random.default_rng(2).integers(0, 255, n, dtype=np.uint8)
+    b = devbuf.from_host(a, device=sim)
+    b.synchronize()
+    live = lambda: devbuf.plugin_stats("sim")["live_host_allocations"]  # noqa: E731
+    base = live()
+    old = _devbuf._pickle_staging_cache(64 << 20)
+    try:
+        _devbuf._pickle_stats_reset()
+        bufs = []
+        pickle.dumps(b, protocol=5, buffer_callback=bufs.append)
+        first = memoryview(bufs[0]).obj.ptr
+        del bufs
+        gc.collect()
+        assert stats()["staging_cached_bytes"] == n and live() == base + 1  # kept, not freed
+        bufs = []
+        pickle.dumps(b, protocol=5, buffer_callback=bufs.append)
+        st = memoryview(bufs[0]).obj
+        assert st.ptr == first and stats()["staging_cache_hits"] == 1
+        assert stats()["staging_cached_bytes"] == 0 and live() == base + 1
+        np.testing.assert_array_equal(np.frombuffer(bufs[0], np.uint8), a)
+        assert stats()["d2h_copies"] == 2  # still one copy per pickle
+        # a payload under half the block's size does not take it
+        del bufs, st
+        gc.collect()
+        small = devbuf.from_host(a[: n // 4], device=sim)
+        small.synchronize()  # frees the upload's own staging memory
+        bufs = []
+        pickle.dumps(small, protocol=5, buffer_callback=bufs.append)
+        assert memoryview(bufs[0]).obj.ptr != first and stats()["staging_cache_hits"] == 1
+        del bufs
+        gc.collect()
+    finally:
+        _devbuf._pickle_staging_cache(old)  # 0 gives the cached block back
+    assert stats()["staging_cached_bytes"] == 0 and live() == base
+
+
+def test_staging_cache_env(devbuf_env):
+    env = dict(devbuf_env, DEVBUF_PICKLE_STAGING_CACHE_MB="16")
+    code = "from devbuf import _devbuf; print(_devbuf._pickle_staging_cache())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.decode().strip() == str(16 << 20), r.stderr
+    env["DEVBUF_PICKLE_STAGING_CACHE_MB"] = "lots"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+    assert r.returncode != 0 and b"DEVBUF_PICKLE_STAGING_CACHE_MB='lots'" in r.stderr
 
 
 def test_pickle_waits_for_pending_upload(sim):

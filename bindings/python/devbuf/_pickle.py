@@ -35,6 +35,7 @@ See docs/pickle-and-distributed.md.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import os
@@ -119,6 +120,11 @@ def unpickle_policy(policy: str) -> Iterator[str]:
         yield policy
     finally:
         _scoped_policy.reset(token)
+
+
+# The staging cache (DEVBUF_PICKLE_STAGING_CACHE_MB) gives its block back to
+# the plugin before the plugins go away.
+atexit.register(_devbuf._pickle_staging_cache, 0)
 
 
 # ---- pickling -------------------------------------------------------------------------

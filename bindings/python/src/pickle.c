@@ -22,6 +22,7 @@
  * released, as everywhere in the bindings. */
 #include "dbp.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -39,11 +40,83 @@ typedef struct DbpStaging {
   DbpDevice *device;   /* strong reference; `ptr` came from devbuf_host_alloc on it */
   void *ptr;           /* NULL when len is 0 */
   Py_ssize_t len;
+  size_t cap;          /* bytes allocated at ptr (>= len when reused from the cache) */
   int readonly;
   Py_ssize_t exports;
 } DbpStaging;
 
 static PyTypeObject DbpStaging_Type;
+
+/* ---- the staging cache (opt-in) ------------------------------------------------------
+ * Fresh host memory costs page faults on first touch, which for large
+ * payloads cost more than the copy itself; with CUDA, pinned allocations
+ * cost more still. With DEVBUF_PICKLE_STAGING_CACHE_MB=N (or
+ * _pickle_staging_cache(bytes)), the most recently freed staging block of
+ * up to N MiB is kept and reused by the next download from the same device
+ * that fits it (at least half used). Off by default: it keeps host memory
+ * after the pickle is gone. All of it runs with the GIL held. */
+static struct {
+  DbpDevice *device;   /* strong reference while `ptr` is held */
+  void *ptr;
+  size_t cap;
+} g_cache;
+static size_t g_cache_limit; /* bytes; 0: off */
+static unsigned long long g_cache_hits;
+#define CACHE_MIN_BYTES ((size_t)1 << 20)
+
+static void free_staging_memory(DbpDevice *device, void *p, PyObject *owner) {
+  devbuf_error err;
+  int rc;
+  const devbuf_device *dev = &device->dev;
+  devbuf_error_clear(&err);
+  DBP_NOGIL(rc = devbuf_host_free(dev, p, &err));
+  if (rc != DEVBUF_OK) {
+    /* Called from destructors: report, as CPython does, never raise. */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    dbp_raise(&err);
+    PyErr_WriteUnraisable(owner ? owner : Py_None);
+    PyErr_Restore(t, v, tb);
+  }
+}
+
+static void cache_drop(void) {
+  void *p = g_cache.ptr;
+  DbpDevice *d = g_cache.device;
+  g_cache.ptr = NULL;
+  g_cache.device = NULL;
+  g_cache.cap = 0;
+  if (p != NULL) free_staging_memory(d, p, NULL);
+  Py_XDECREF(d);
+}
+
+static int same_device(const DbpDevice *a, const devbuf_device *b) {
+  return a->dev.backend == b->backend && a->dev.ordinal == b->ordinal;
+}
+
+/* A cached block for n bytes on dev, or NULL. */
+static void *cache_take(const devbuf_device *dev, size_t n, size_t *cap) {
+  if (g_cache.ptr == NULL || !same_device(g_cache.device, dev) || g_cache.cap < n ||
+      g_cache.cap / 2 > n)
+    return NULL;
+  void *p = g_cache.ptr;
+  *cap = g_cache.cap;
+  g_cache.ptr = NULL;
+  g_cache.cap = 0;
+  Py_CLEAR(g_cache.device);
+  g_cache_hits++;
+  return p;
+}
+
+/* Keep p for reuse if the cache takes it; 1 when kept. */
+static int cache_put(DbpDevice *d, void *p, size_t cap) {
+  if (g_cache_limit == 0 || cap < CACHE_MIN_BYTES || cap > g_cache_limit) return 0;
+  cache_drop();
+  g_cache.device = (DbpDevice *)Py_NewRef(d);
+  g_cache.ptr = p;
+  g_cache.cap = cap;
+  return 1;
+}
 
 static int staging_getbuffer(DbpStaging *self, Py_buffer *view, int flags) {
   static char empty[1];
@@ -62,22 +135,10 @@ static PyBufferProcs staging_as_buffer = {
 };
 
 static void staging_dealloc(DbpStaging *self) {
-  if (self->ptr != NULL) {
-    devbuf_error err;
-    int rc;
-    void *p = self->ptr;
-    const devbuf_device *dev = &self->device->dev;
-    devbuf_error_clear(&err);
-    self->ptr = NULL;
-    DBP_NOGIL(rc = devbuf_host_free(dev, p, &err));
-    if (rc != DEVBUF_OK) {
-      PyObject *t, *v, *tb;
-      PyErr_Fetch(&t, &v, &tb);
-      dbp_raise(&err);
-      PyErr_WriteUnraisable((PyObject *)self);
-      PyErr_Restore(t, v, tb);
-    }
-  }
+  void *p = self->ptr;
+  self->ptr = NULL;
+  if (p != NULL && !cache_put(self->device, p, self->cap))
+    free_staging_memory(self->device, p, (PyObject *)self);
   Py_XDECREF(self->device);
   PyObject_Free(self);
 }
@@ -194,18 +255,21 @@ static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
     st->device = (DbpDevice *)Py_NewRef(s->device);
     st->ptr = NULL;
     st->len = (Py_ssize_t)s->nbytes;
+    st->cap = s->nbytes;
     st->readonly = s->readonly;
     st->exports = 0;
     if (s->nbytes) {
-      void *p = NULL;
       size_t n = s->nbytes;
-      const devbuf_device *dev = s->dev;
-      DBP_NOGIL(rc = devbuf_host_alloc(dev, n, &p, &err));
-      if (rc != DEVBUF_OK) {
-        Py_DECREF(st);
-        return dbp_raise(&err);
+      void *p = cache_take(s->dev, n, &st->cap);
+      if (p == NULL) {
+        const devbuf_device *dev = s->dev;
+        DBP_NOGIL(rc = devbuf_host_alloc(dev, n, &p, &err));
+        if (rc != DEVBUF_OK) {
+          Py_DECREF(st);
+          return dbp_raise(&err);
+        }
+        advise_huge_pages(p, n);
       }
-      advise_huge_pages(p, n);
       st->ptr = p;
     }
     out = (PyObject *)st;
@@ -448,16 +512,34 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
 /* ---- statistics --------------------------------------------------------------- */
 
 static PyObject *pk_stats(PyObject *mod, PyObject *unused) {
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "d2h_copies", g_d2h_copies, "d2h_bytes",
-                       g_d2h_bytes, "h2d_copies", g_h2d_copies, "h2d_bytes", g_h2d_bytes,
-                       "host_copies", g_host_copies, "host_bytes", g_host_bytes, "borrowed",
-                       g_borrowed);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "d2h_copies", g_d2h_copies,
+                       "d2h_bytes", g_d2h_bytes, "h2d_copies", g_h2d_copies, "h2d_bytes",
+                       g_h2d_bytes, "host_copies", g_host_copies, "host_bytes", g_host_bytes,
+                       "borrowed", g_borrowed, "staging_cache_hits", g_cache_hits,
+                       "staging_cached_bytes", (unsigned long long)g_cache.cap);
 }
 
 static PyObject *pk_stats_reset(PyObject *mod, PyObject *unused) {
   g_d2h_copies = g_d2h_bytes = g_h2d_copies = g_h2d_bytes = 0;
-  g_host_copies = g_host_bytes = g_borrowed = 0;
+  g_host_copies = g_host_bytes = g_borrowed = g_cache_hits = 0;
   Py_RETURN_NONE;
+}
+
+/* _pickle_staging_cache(limit=None) -> the limit in bytes before the call.
+ * With an int, set it (0 turns the cache off and frees what it holds). */
+static PyObject *pk_staging_cache(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  size_t old = g_cache_limit;
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "_pickle_staging_cache(limit_bytes=None)");
+    return NULL;
+  }
+  if (nargs == 1 && args[0] != Py_None) {
+    size_t v = PyLong_AsSize_t(args[0]);
+    if (v == (size_t)-1 && PyErr_Occurred()) return NULL;
+    g_cache_limit = v;
+    if (g_cache.ptr != NULL && g_cache.cap > v) cache_drop();
+  }
+  return PyLong_FromSize_t(old);
 }
 
 /* ---- __reduce_ex__ -------------------------------------------------------------- */
@@ -490,6 +572,9 @@ static PyMethodDef pickle_functions[] = {
     {"_pickle_stats", pk_stats, METH_NOARGS,
      "Copies made by pickling in this process: d2h (device to host), h2d, host, borrowed."},
     {"_pickle_stats_reset", pk_stats_reset, METH_NOARGS, "Zero the _pickle_stats counters."},
+    {"_pickle_staging_cache", (PyCFunction)(void (*)(void))pk_staging_cache, METH_FASTCALL,
+     "_pickle_staging_cache(limit_bytes=None) -> previous limit: reuse of one freed staging "
+     "block up to that size (0: off, frees the cached block)."},
     {NULL},
 };
 
@@ -503,6 +588,17 @@ static int install_reduce(PyTypeObject *type) {
 }
 
 int dbp_pickle_init(PyObject *module) {
+  const char *mb = getenv("DEVBUF_PICKLE_STAGING_CACHE_MB");
+  if (mb != NULL && mb[0] != '\0') {
+    char *end = NULL;
+    unsigned long long v = strtoull(mb, &end, 10);
+    if (end == mb || *end != '\0' || v > ((size_t)-1 >> 20)) {
+      PyErr_Format(PyExc_ValueError,
+                   "DEVBUF_PICKLE_STAGING_CACHE_MB='%s': expected a number of MiB (0: off)", mb);
+      return -1;
+    }
+    g_cache_limit = (size_t)v << 20;
+  }
   if (PyType_Ready(&DbpStaging_Type) < 0) return -1;
   if (PyModule_AddObjectRef(module, "HostStaging", (PyObject *)&DbpStaging_Type) < 0) return -1;
   if (PyModule_AddFunctions(module, pickle_functions) < 0) return -1;
