@@ -149,3 +149,22 @@ def test_view_dtype_of_custom_format():
     assert v.dtype is v.dtype  # parsed once
     np_view = devbuf.view(np.zeros(3, dtype=np.complex64))
     assert np_view.dtype.itemsize == 8
+
+
+def test_calcsize_matches_struct_and_caches_only_plain_formats():
+    import struct
+
+    for f in ["i", "<iq", "=bhl", "3s2x", "?dQ", "@ib"]:
+        assert devbuf.calcsize(f, "struct") == struct.calcsize(f)
+        assert devbuf.calcsize(f, "struct") == struct.calcsize(f)  # cached path
+    assert devbuf.calcsize("@ib") == 8  # default mode pads a native struct at its end
+    assert devbuf.calcsize("[devbuf$bfloat16]") == 2
+    with pytest.raises(devbuf.FormatError) as ei:
+        devbuf.calcsize("iiy")
+    assert ei.value.offset == 2
+    with pytest.raises(devbuf.FormatError):
+        devbuf.calcsize("iiy")  # errors are never cached
+    with pytest.raises(ValueError):
+        devbuf.calcsize("i", "fortran")
+    with pytest.raises(TypeError):
+        devbuf.calcsize(b"i")

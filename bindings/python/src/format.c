@@ -548,7 +548,60 @@ PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused) {
   return out;
 }
 
+/* calcsize(format, mode="default", /): the item size, like struct.calcsize.
+ * Like struct's own cache, sizes of formats without custom dtypes are kept
+ * per mode (bounded), so a repeated string costs a dict lookup. Custom dtypes
+ * are never cached: their size depends on the registry, which can change. */
+static PyObject *g_size_cache[3];
+
+static PyObject *calcsize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "calcsize(format, mode='default', /) takes 1 or 2 arguments");
+    return NULL;
+  }
+  uint32_t mode = DEVBUF_FORMAT_DEFAULT;
+  if (nargs == 2) {
+    const char *m = PyUnicode_Check(args[1]) ? PyUnicode_AsUTF8(args[1]) : NULL;
+    if (m != NULL && strcmp(m, "default") == 0) mode = DEVBUF_FORMAT_DEFAULT;
+    else if (m != NULL && strcmp(m, "struct") == 0) mode = DEVBUF_FORMAT_STRUCT;
+    else if (m != NULL && strcmp(m, "numpy") == 0) mode = DEVBUF_FORMAT_NUMPY;
+    else {
+      PyErr_Format(PyExc_ValueError, "calcsize: mode must be 'default', 'struct' or 'numpy', not %R", args[1]);
+      return NULL;
+    }
+  }
+  PyObject *fmt = args[0];
+  if (!PyUnicode_Check(fmt)) {
+    PyErr_Format(PyExc_TypeError, "calcsize: format must be str, not %.100s", Py_TYPE(fmt)->tp_name);
+    return NULL;
+  }
+  PyObject *cache = g_size_cache[mode];
+  PyObject *hit = PyDict_GetItemWithError(cache, fmt);
+  if (hit != NULL) return Py_NewRef(hit);
+  if (PyErr_Occurred()) return NULL;
+  Py_ssize_t n;
+  const char *s = PyUnicode_AsUTF8AndSize(fmt, &n);
+  if (s == NULL) return NULL;
+  uint64_t size = 0;
+  size_t off = 0;
+  devbuf_error err;
+  if (devbuf_format_itemsize(s, (size_t)n, mode, &size, NULL, &off, NULL) != DEVBUF_OK) {
+    devbuf_error_clear(&err); /* slow path only: get the message */
+    devbuf_format_itemsize(s, (size_t)n, mode, &size, NULL, &off, &err);
+    return raise_engine(s, (size_t)n, off, &err);
+  }
+  PyObject *r = PyLong_FromUnsignedLongLong(size);
+  if (r != NULL && memchr(s, '[', (size_t)n) == NULL) {
+    if (PyDict_GET_SIZE(cache) >= 512) PyDict_Clear(cache);
+    if (PyDict_SetItem(cache, fmt, r) < 0) Py_CLEAR(r);
+  }
+  return r;
+}
+
 static PyMethodDef format_methods[] = {
+    {"calcsize", (PyCFunction)(void (*)(void))calcsize, METH_FASTCALL,
+     "calcsize(format, mode='default', /) -> item size in bytes (like struct.calcsize; modes: "
+     "'default', 'struct', 'numpy'). Raises devbuf.FormatError with .offset."},
     {"_set_format_factory", (PyCFunction)set_format_factory, METH_O,
      "Set the callable that turns parse results (dicts) into devbuf.Format objects."},
     {NULL},
@@ -557,6 +610,8 @@ static PyMethodDef format_methods[] = {
 int dbp_format_init(PyObject *module) {
   g_namespaces = PyDict_New();
   if (g_namespaces == NULL) return -1;
+  for (int i = 0; i < 3; i++)
+    if ((g_size_cache[i] = PyDict_New()) == NULL) return -1;
   if (PyModule_AddObjectRef(module, "_python_namespaces", g_namespaces) < 0) return -1;
   return PyModule_AddFunctions(module, format_methods);
 }
