@@ -38,6 +38,39 @@ static void make_table(devbuf_plugin_table *t, const char *const *ids) {
   t->device_count = ok_count;
 }
 
+/* A plugin whose vendor library is missing loads anyway, reports no device
+ * with dlopen's own words, and the others keep working. main() points every
+ * GPU plugin at a library that does not exist before anything runs. */
+static void test_vendor_library_missing(void) {
+  static const struct { const char *id, *lib; } gpus[] = {
+      {"devbuf.cuda", "/nonexistent/libcuda.so.1"},
+      {"devbuf.hip", "/nonexistent/libamdhip64.so"},
+      {"devbuf.level_zero", "/nonexistent/libze_loader.so.1"},
+      {"devbuf.opencl", "/nonexistent/libOpenCL.so.1"}};
+  devbuf_error err;
+  int tested = 0;
+  for (size_t i = 0; i < sizeof gpus / sizeof gpus[0]; i++) {
+    size_t idx;
+    if (devbuf_identifier_lookup(gpus[i].id, NULL, &idx, NULL) != DEVBUF_OK) continue; /* not built */
+    tested++;
+    devbuf_plugin_info info = {.struct_size = sizeof info};
+    CHECK_OK(devbuf_plugin_info_get(idx, &info, &err), &err);
+    CHECK(info.state == DEVBUF_PLUGIN_LOADED, "%s loads without its library", gpus[i].id);
+    devbuf_device d;
+    CHECK(devbuf_device_open(gpus[i].id, &d, &err) == DEVBUF_ENODEV, "%s: no device", gpus[i].id);
+    CHECK_HAS(err.message, gpus[i].id);
+    CHECK_HAS(err.message, gpus[i].lib);
+    CHECK_HAS(err.message, "cannot open shared object file");
+  }
+  CHECK(tested >= 1, "no GPU plugin was built");
+  devbuf_device d;
+  void *p = NULL;
+  CHECK_OK(devbuf_device_open("devbuf.sim", &d, &err), &err);
+  CHECK_OK(devbuf_mem_alloc(&d, 64, 0, NULL, &p, &err), &err);
+  CHECK_OK(devbuf_mem_free(&d, p, NULL, &err), &err);
+  CHECK_OK(devbuf_device_open("cpu", &d, &err), &err);
+}
+
 static void test_identifier_listed_twice(void) {
   static const char *const ids[] = {"hard.twice", "hard.other", "hard.twice", NULL};
   devbuf_plugin_table t;
@@ -181,6 +214,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   g_broken_dir = argv[1];
+  setenv("DEVBUF_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+  setenv("DEVBUF_HIP_LIBRARY", "/nonexistent/libamdhip64.so", 1);
+  setenv("DEVBUF_LEVEL_ZERO_LIBRARY", "/nonexistent/libze_loader.so.1", 1);
+  setenv("DEVBUF_OPENCL_LIBRARY", "/nonexistent/libOpenCL.so.1", 1);
+  RUN(test_vendor_library_missing);
   RUN(test_identifier_listed_twice);
   RUN(test_struct_size_inside_a_field);
   RUN(test_negative_status_and_unterminated_props);

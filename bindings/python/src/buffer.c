@@ -521,7 +521,11 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
   }
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
   view->suboffsets = NULL;
-  view->internal = NULL;
+  if (dbp_ledger_add(&self->ledger, view) < 0) {
+    view->obj = NULL;
+    Py_DECREF(self);
+    return -1;
+  }
   if (device_export)
     DevbufPy_BufferSetDevice(view, flags, self->device->dev.identifier, &self->info);
   self->exports++;
@@ -529,8 +533,11 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
 }
 
 static void buffer_releasebuffer(DbpBuffer *self, Py_buffer *view) {
-  /* As bytearray: count down, never touch view->obj (the caller decrefs). */
-  self->exports--;
+  /* As bytearray: count down, never touch view->obj (the caller decrefs);
+   * but only for an export that is alive (a double release would let
+   * free() run under a live one). */
+  if (dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer"))
+    self->exports--;
 }
 
 static PyBufferProcs buffer_as_buffer = {
@@ -659,6 +666,7 @@ static void buffer_dealloc(DbpBuffer *self) {
   }
   PyMem_Free(self->shape);
   PyMem_Free(self->format);
+  dbp_ledger_free(&self->ledger);
   Py_XDECREF(self->device);
   PyObject_Free(self);
 }

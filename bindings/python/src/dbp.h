@@ -16,6 +16,7 @@
 
 #include "devbuf/runtime.h"
 #include "devbuf_buffer.h"
+#include "export_ledger.h"
 
 /* ---- errors.c ------------------------------------------------------------ */
 extern PyObject *dbp_Error;             /* devbuf.Error (Exception) */
@@ -85,6 +86,7 @@ typedef struct DbpBuffer {
   } info;
   PyObject *weakreflist;
   PyObject *base;          /* DBP_MEM_BORROWED: memoryview holding the lender's export; else NULL */
+  DbpLedger ledger;        /* which exports are alive (export_ledger.h); `exports` == ledger.n */
 } DbpBuffer;
 
 extern PyTypeObject DbpBuffer_Type;
@@ -119,6 +121,7 @@ typedef struct DbpView {
   PyObject *device_obj;    /* cached Device */
   PyObject *dtype_obj;     /* cached parsed format */
   PyObject *weakreflist;
+  DbpLedger ledger;        /* which re-exports are alive (export_ledger.h) */
 } DbpView;
 
 extern PyTypeObject DbpView_Type;

@@ -42,6 +42,7 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   v->device_obj = NULL;
   v->dtype_obj = NULL;
   v->weakreflist = NULL;
+  memset(&v->ledger, 0, sizeof v->ledger);
   /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
    * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
   PyObject *foreign = NULL;
@@ -221,7 +222,11 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
   *out = *b;
   out->obj = (PyObject *)self;
   Py_INCREF(self);
-  out->internal = NULL;
+  if (dbp_ledger_add(&self->ledger, out) < 0) {
+    out->obj = NULL;
+    Py_DECREF(self);
+    return -1;
+  }
   if (!(flags & PyBUF_FORMAT)) out->format = NULL;
   if (!(flags & PyBUF_ND)) {
     out->ndim = 1;
@@ -233,7 +238,11 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
   return 0;
 }
 
-static void view_releasebuffer(DbpView *self, Py_buffer *view) { self->exports--; }
+static void view_releasebuffer(DbpView *self, Py_buffer *view) {
+  /* Only an export that is alive counts down (export_ledger.h). */
+  if (dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceView"))
+    self->exports--;
+}
 
 static PyBufferProcs view_as_buffer = {
     .bf_getbuffer = (getbufferproc)view_getbuffer,
@@ -422,6 +431,7 @@ static int view_clear(DbpView *v) {
    * alive), so the release goes through. */
   if (!v->released) {
     v->exports = 0;
+    dbp_ledger_forget_all(&v->ledger);
     v->pins = 0;
     dbp_view_release(v);
   }
@@ -439,6 +449,7 @@ static void view_dealloc(DbpView *v) {
   }
   Py_CLEAR(v->device_obj);
   Py_CLEAR(v->dtype_obj);
+  dbp_ledger_free(&v->ledger);
   PyObject_GC_Del(v);
 }
 

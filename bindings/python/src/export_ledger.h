@@ -1,0 +1,73 @@
+/* Which buffer exports of an object are alive, so that a release that happens
+ * twice is caught and reported instead of miscounting.
+ *
+ * A plain counter (bytearray's discipline) cannot tell a second release of
+ * one export from the release of another: a consumer that releases a copied
+ * Py_buffer twice brings the count to zero while a memoryview still holds
+ * the memory, and DeviceBuffer.free() would then free memory in use. Each
+ * export gets a serial number in Py_buffer.internal (the exporter's field);
+ * a release whose serial is not alive is reported with
+ * PyErr_WriteUnraisable and ignored. Called with the GIL held. */
+#ifndef DBP_EXPORT_LEDGER_H
+#define DBP_EXPORT_LEDGER_H
+
+#include <Python.h>
+#include <stdint.h>
+
+typedef struct DbpLedger {
+  uintptr_t *live; /* serials of live exports, unordered; PyMem */
+  Py_ssize_t n, cap;
+  uintptr_t next;  /* last serial handed out; 0 is never one */
+} DbpLedger;
+
+/* Record a new export in view->internal. -1 with MemoryError set on failure. */
+static inline int dbp_ledger_add(DbpLedger *l, Py_buffer *view) {
+  if (l->n == l->cap) {
+    Py_ssize_t cap = l->cap ? l->cap * 2 : 4;
+    uintptr_t *p = PyMem_Realloc(l->live, (size_t)cap * sizeof *p);
+    if (p == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    l->live = p;
+    l->cap = cap;
+  }
+  uintptr_t s = ++l->next;
+  if (s == 0) s = ++l->next;
+  l->live[l->n++] = s;
+  view->internal = (void *)s;
+  return 0;
+}
+
+/* 1 if view's export was alive (it is now released); 0 if it was not: a
+ * second release, or a Py_buffer this object never filled. That is reported
+ * as an unraisable BufferError naming `owner`, and nothing else happens. */
+static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *owner,
+                                    const char *who) {
+  uintptr_t s = (uintptr_t)view->internal;
+  for (Py_ssize_t i = l->n - 1; s != 0 && i >= 0; i--) {
+    if (l->live[i] != s) continue;
+    l->live[i] = l->live[--l->n];
+    view->internal = NULL;
+    return 1;
+  }
+  PyObject *et, *ev, *tb;
+  PyErr_Fetch(&et, &ev, &tb);
+  PyErr_Format(PyExc_BufferError,
+               "%s: a buffer export was released twice (or the Py_buffer was not filled by "
+               "this object); the release was ignored, %zd export%s still alive", who, l->n,
+               l->n == 1 ? " is" : "s are");
+  PyErr_WriteUnraisable(owner);
+  PyErr_Restore(et, ev, tb);
+  return 0;
+}
+
+static inline void dbp_ledger_forget_all(DbpLedger *l) { l->n = 0; }
+
+static inline void dbp_ledger_free(DbpLedger *l) {
+  PyMem_Free(l->live);
+  l->live = NULL;
+  l->n = l->cap = 0;
+}
+
+#endif /* DBP_EXPORT_LEDGER_H */
