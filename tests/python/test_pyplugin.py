@@ -48,7 +48,7 @@ def test_registration_is_a_runtime_record(reg):
     assert info.name == reg.name and info.version == "1.0.0"
     assert info.device_count == 2 and info.device_error is None
     assert [p.index for p in devbuf.plugins() if p.name == reg.name] == [reg.index]
-    assert reg in P.registrations()
+    assert reg in P.registrations() and reg.plugin.identifiers == (reg.ident,)
     # Every slot the class implements is a closure with its own C address.
     names = [c.name for c in reg.table.closures]
     assert set(P.MANDATORY_SLOTS) <= set(names)
@@ -159,7 +159,7 @@ def test_unregister_refused_while_memory_is_alive(reg):
     rt.event_destroy(e)
     reg.unregister()
     assert not reg.registered and reg.info.state == "unregistered"
-    assert reg.table.closures == () and reg.table.plugin is None
+    assert reg.table.closures == () and reg.table.plugin is None and reg.plugin is None
     # The identifier no longer resolves, and a stale device handle is refused.
     rc, _, msg = device_count(reg.ident)
     assert rc == P.ENOTFOUND and reg.ident in msg

@@ -235,6 +235,12 @@ class Registration:
         return self._table.state == "registered"
 
     @property
+    def plugin(self):
+        """The registered Python object, or None once unregistered (the
+        registration then holds no reference to it)."""
+        return self._table.plugin
+
+    @property
     def table(self):
         """The devbuf._pyplugin.Table (closures, state, calls in flight)."""
         return self._table
