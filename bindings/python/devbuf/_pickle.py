@@ -197,7 +197,10 @@ def _open_device(identifier: str, ordinal: int):
     the policy says "host". Raises MissingDeviceError under "error"."""
     spec = f"{identifier}:{ordinal}"
     try:
-        return _devbuf.device(spec)
+        dev = _devbuf.device(spec)
+        if _devbuf._pickle_device_usable(dev):
+            return dev
+        reason = f"the plugin behind {spec} was unregistered"
     except _devbuf.Error as e:
         reason = str(e)
     policy = get_unpickle_policy()

@@ -509,6 +509,23 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
   return (PyObject *)out;
 }
 
+/* _pickle_device_usable(device) -> bool: False once the plugin behind a
+ * (cached) Device was unregistered, so that loads applies the unpickle
+ * policy instead of failing later in an allocation. */
+static PyObject *pk_device_usable(PyObject *mod, PyObject *arg) {
+  if (!Py_IS_TYPE(arg, &DbpDevice_Type)) {
+    PyErr_Format(PyExc_TypeError, "expected a devbuf.Device, not %.100s", Py_TYPE(arg)->tp_name);
+    return NULL;
+  }
+  DbpDevice *d = (DbpDevice *)arg;
+  if (d->dev.backend == NULL) Py_RETURN_TRUE; /* the built-in host device */
+  devbuf_plugin_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (devbuf_plugin_info_get(d->plugin_index, &info, NULL) != DEVBUF_OK) Py_RETURN_FALSE;
+  return PyBool_FromLong(info.state == DEVBUF_PLUGIN_LOADED);
+}
+
 /* ---- statistics --------------------------------------------------------------- */
 
 static PyObject *pk_stats(PyObject *mod, PyObject *unused) {
@@ -569,6 +586,8 @@ static PyMethodDef pickle_functions[] = {
     {"_pickle_rebuild", pk_rebuild, METH_VARARGS,
      "_pickle_rebuild(device, payload, shape, format, itemsize, readonly, borrow=True) -> "
      "DeviceBuffer (pickle support)."},
+    {"_pickle_device_usable", pk_device_usable, METH_O,
+     "_pickle_device_usable(device) -> False once its plugin was unregistered."},
     {"_pickle_stats", pk_stats, METH_NOARGS,
      "Copies made by pickling in this process: d2h (device to host), h2d, host, borrowed."},
     {"_pickle_stats_reset", pk_stats_reset, METH_NOARGS, "Zero the _pickle_stats counters."},
