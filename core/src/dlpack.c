@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "devbuf/format.h"
+#include "devbuf/runtime.h"
 
 /* Our layouts must be DLPack's, byte for byte: a consumer built against the
  * real dlpack.h reads what we write. These are the offsets on LP64. */
@@ -128,9 +129,21 @@ int devbuf_dlpack_device_from_identifier(const char *identifier, int32_t ordinal
   } else if (strcmp(identifier, ID_SIM) == 0) {
     t = kDLExtDev;
   } else {
+    /* Any other plugin (third-party, Python-defined) says what it is through
+     * devbuf_device_props.dlpack_device_type; a plugin that does not know
+     * (-1 or 0) has no DLPack device type. */
+    devbuf_device dev;
+    devbuf_device_props props;
+    if (devbuf_device_open2(identifier, ordinal, &dev, NULL) == DEVBUF_OK &&
+        devbuf_device_props_get(&dev, &props, NULL) == DEVBUF_OK && props.dlpack_device_type > 0) {
+      out->device_type = (DLDeviceType)props.dlpack_device_type;
+      out->device_id = props.dlpack_device_type == kDLCPU ? 0 : props.dlpack_device_id;
+      return DEVBUF_OK;
+    }
     return devbuf_error_set(err, DEVBUF_ENOTSUP,
-                            "dlpack: device: identifier '%s' has no DLPack device type "
-                            "(mapped: cpu, devbuf.cuda, devbuf.opencl, devbuf.hip, "
+                            "dlpack: device: identifier '%s' has no DLPack device type (its "
+                            "plugin reports none in device_props.dlpack_device_type; built-in "
+                            "mappings: cpu, devbuf.cuda, devbuf.opencl, devbuf.hip, "
                             "devbuf.level_zero, devbuf.sim)",
                             identifier);
   }

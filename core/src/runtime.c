@@ -206,6 +206,10 @@ size_t devbuf_device_plugin_index(const devbuf_device *dev) {
   return dev && dev->backend ? dev->backend->index : (size_t)-1;
 }
 
+int devbuf_device_is_live(const devbuf_device *dev) {
+  return dev != NULL && dev->backend != NULL && dev->backend->state == DEVBUF_PLUGIN_LOADED;
+}
+
 int devbuf_plugin_stats(size_t index, devbuf_stats *out, devbuf_error *err) {
   devbuf_init(NULL);
   devbuf_backend *b = devbuf__backend_get(index);

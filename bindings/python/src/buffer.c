@@ -660,7 +660,10 @@ static void buffer_dealloc(DbpBuffer *self) {
       PyObject *t, *v, *tb;
       PyErr_Fetch(&t, &v, &tb);
       dbp_raise(&err);
-      PyErr_WriteUnraisable((PyObject *)self);
+      /* Not `self`: its refcount is already zero, and the hook would repr it. */
+      PyObject *where = PyUnicode_FromString("devbuf.DeviceBuffer deallocation (freeing its device memory)");
+      PyErr_WriteUnraisable(where);
+      Py_XDECREF(where);
       PyErr_Restore(t, v, tb);
     }
   }

@@ -31,10 +31,22 @@ static int cache_put(PyObject *key, DbpDevice *d) {
   return PyDict_SetItem(g_cache, key, (PyObject *)d);
 }
 
+/* A borrowed cached Device for `key`, or NULL (with an exception only on
+ * error). A Device whose plugin was unregistered is dropped, so that a plugin
+ * registered later under the same identifier gets a fresh Device. */
+static PyObject *cache_get(PyObject *key) {
+  PyObject *hit = PyDict_GetItemWithError(g_cache, key);
+  if (hit == NULL) return NULL;
+  DbpDevice *d = (DbpDevice *)hit;
+  if (d->dev.backend == NULL || devbuf_device_is_live(&d->dev)) return hit;
+  if (PyDict_DelItem(g_cache, key) < 0) return NULL;
+  return NULL;
+}
+
 DbpDevice *dbp_device_from_devbuf(const devbuf_device *dev) {
   PyObject *spec = PyUnicode_FromFormat("%s:%d", dev->identifier, dev->ordinal);
   if (spec == NULL) return NULL;
-  PyObject *hit = PyDict_GetItemWithError(g_cache, spec);
+  PyObject *hit = cache_get(spec);
   if (hit != NULL) {
     Py_DECREF(spec);
     Py_INCREF(hit);
@@ -108,7 +120,7 @@ DbpDevice *dbp_device_get(PyObject *arg) {
                  Py_TYPE(arg)->tp_name);
     return NULL;
   }
-  PyObject *hit = PyDict_GetItemWithError(g_cache, arg);
+  PyObject *hit = cache_get(arg);
   if (hit != NULL) {
     Py_INCREF(hit);
     return (DbpDevice *)hit;

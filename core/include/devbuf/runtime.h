@@ -141,6 +141,10 @@ DEVBUF_API int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_p
                                        devbuf_error *err);
 /* The index of the plugin behind a device. */
 DEVBUF_API size_t devbuf_device_plugin_index(const devbuf_device *dev);
+/* 1 while the plugin behind `dev` is still registered (a cached devbuf_device
+ * goes stale when its plugin is unregistered, even if another plugin later
+ * claims the same identifier), else 0. Cheap: no lock, no call into the plugin. */
+DEVBUF_API int devbuf_device_is_live(const devbuf_device *dev);
 
 /* ---- memory, streams, events, copies: thin checked wrappers over the plugin.
  * Same contracts as the slots of the same name in devbuf/plugin.h. */
