@@ -375,6 +375,31 @@ def test_pickle_waits_for_pending_upload(sim):
         np.testing.assert_array_equal(np.frombuffer(bufs[0], np.uint32), a)
 
 
+def test_threads_pickle_one_buffer(device):
+    """Downloads release the GIL with the buffer pinned: concurrent pickles of
+    one buffer all see its contents, and free() is refused meanwhile or after."""
+    a = np.arange(1 << 16, dtype="<f8")
+    b = devbuf.from_host(a, device=device)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(50):
+                bufs = []
+                c = pickle.loads(pickle.dumps(b, protocol=5, buffer_callback=bufs.append),
+                                 buffers=bufs)
+                np.testing.assert_array_equal(values(c), a)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
+
+
 def test_device_view_out_of_band(sim):
     a = sample((16, 8), "<f4")
     v = devbuf.view(devbuf.from_host(a, device=sim))
