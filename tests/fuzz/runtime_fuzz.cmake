@@ -11,6 +11,19 @@
 # <binary dir>/rt/devbuf/plugins where that runtime finds them as its own.
 set(_devbuf_rt_fuzzers device_info plugin_table)
 
+# CUDA, HIP and Level Zero run over the fake drivers of tests/gpu when they
+# are built, so that their device_info checks past "no device" (ordinals,
+# handles) are fuzzed too; without them those plugins report no device.
+set(_devbuf_rt_env "DEVBUF_PLUGIN_PATH=" "DEVBUF_PLUGINS=")
+set(_devbuf_rt_fakes "")
+foreach(p cuda hip level_zero)
+  if(TARGET devbuf_fake_${p})
+    string(TOUPPER ${p} _up)
+    list(APPEND _devbuf_rt_env "DEVBUF_${_up}_LIBRARY=$<TARGET_FILE:devbuf_fake_${p}>")
+    list(APPEND _devbuf_rt_fakes devbuf_fake_${p})
+  endif()
+endforeach()
+
 foreach(t ${_devbuf_rt_fuzzers})
   add_executable(fuzz_${t}_replay fuzz_${t}.c replay_main.c)
   target_link_libraries(fuzz_${t}_replay PRIVATE devbuf)
@@ -18,10 +31,13 @@ foreach(t ${_devbuf_rt_fuzzers})
   if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/regress/${t})
     list(APPEND _inputs ${CMAKE_CURRENT_SOURCE_DIR}/regress/${t})
   endif()
+  if(_devbuf_rt_fakes)
+    add_dependencies(fuzz_${t}_replay ${_devbuf_rt_fakes})
+  endif()
   add_test(NAME fuzz_${t}_replay COMMAND fuzz_${t}_replay ${_inputs})
-  # Only this build's plugins; the fake GPU drivers are not on the path.
+  # Only this build's plugins (and the fake GPU drivers).
   set_tests_properties(fuzz_${t}_replay PROPERTIES
-    ENVIRONMENT "DEVBUF_PLUGIN_PATH=;DEVBUF_PLUGINS="
+    ENVIRONMENT "${_devbuf_rt_env}"
     LABELS "fuzz_replay;tsan")
 endforeach()
 
@@ -82,7 +98,7 @@ foreach(t ${_devbuf_rt_fuzzers})
   target_link_options(fuzz_${t} PRIVATE ${_fuzz})
   target_link_libraries(fuzz_${t} PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
   set_target_properties(fuzz_${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${_rt})
-  add_dependencies(fuzz_${t} ${_fuzz_plugins})
+  add_dependencies(fuzz_${t} ${_fuzz_plugins} ${_devbuf_rt_fakes})
   set(_work ${CMAKE_CURRENT_BINARY_DIR}/corpus_${t})
   file(MAKE_DIRECTORY ${_work})
   set(_seeds ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${t})
@@ -94,5 +110,5 @@ foreach(t ${_devbuf_rt_fuzzers})
             -max_len=2048 -print_final_stats=1 -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/${t}-
             ${_work} ${_seeds})
   set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT ${_rt_fuzz_timeout}
-    ENVIRONMENT "DEVBUF_PLUGIN_PATH=;DEVBUF_PLUGINS=")
+    ENVIRONMENT "${_devbuf_rt_env}")
 endforeach()
