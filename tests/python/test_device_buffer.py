@@ -225,3 +225,17 @@ def test_concurrent_synchronize_frees_staging_once(devbuf_env):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("dev", ["cpu", "devbuf.sim"])
+def test_zero_dimensional_buffers_keep_their_shape(dev):
+    a = np.array(3.5)
+    b = devbuf.from_host(a, device=dev)
+    assert b.shape == () and b.nbytes == 8
+    h = b.to_host()
+    assert h.shape == ()
+    assert np.asarray(h) == a
+    v = devbuf.view(a)
+    assert v.shape == () and np.asarray(v.to_host()) == a
+    v.release()
+    b.free()

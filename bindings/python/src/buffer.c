@@ -296,7 +296,7 @@ DbpBuffer *dbp_buffer_from_pybuffer(DbpDevice *device, Py_buffer *src, int reado
   Py_ssize_t one[1];
   const Py_ssize_t *shape = src->shape;
   int ndim = src->ndim;
-  if (shape == NULL) { /* a flat buffer */
+  if (shape == NULL && ndim != 0) { /* a flat buffer (0-d scalars keep ndim 0) */
     ndim = 1;
     one[0] = src->itemsize ? src->len / src->itemsize : src->len;
     shape = one;
@@ -332,7 +332,7 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
   DbpDevice *host = dbp_device_host();
   if (host == NULL) return NULL;
   Py_ssize_t flat[1];
-  if (shape == NULL) {
+  if (shape == NULL && ndim != 0) { /* flat; 0-d scalars keep ndim 0 */
     ndim = 1;
     flat[0] = (Py_ssize_t)nbytes / (itemsize ? itemsize : 1);
     shape = flat;

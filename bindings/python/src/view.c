@@ -141,7 +141,7 @@ PyObject *dbp_view_to_host(DbpView *v) {
   int host = !v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE);
   v->pins++;
   PyObject *out = (PyObject *)dbp_buffer_download(v->is_device ? &v->dev : NULL, host, b->buf,
-                                                  (size_t)b->len, b->shape ? b->ndim : 1,
+                                                  (size_t)b->len, (b->shape || b->ndim == 0) ? b->ndim : 1,
                                                   b->shape, b->strides, b->format, b->itemsize,
                                                   v->is_device ? v->desc.event : NULL);
   v->pins--;
