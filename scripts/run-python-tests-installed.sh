@@ -44,7 +44,10 @@ mkdir -p "$fake/python/devbuf"
 ln -s "$libdir" "$fake/lib"
 if [ -d "$work/testext/python_tests" ]; then ln -s "$work/testext/python_tests" "$fake/python_tests"; fi
 
-export DEVBUF_BUILD_DIR="$fake" DEVBUF_LIB="$libdir/libdevbuf.so" PYTHONDONTWRITEBYTECODE=1
+# The SONAME file, the one the extensions load: a wheel cannot hold symlinks,
+# so there libdevbuf.so is a second copy, and dlopen of it would start a
+# second, separate runtime in the same process.
+export DEVBUF_BUILD_DIR="$fake" DEVBUF_LIB="$libdir/libdevbuf.so.0" PYTHONDONTWRITEBYTECODE=1
 unset DEVBUF_PLUGINS DEVBUF_PLUGIN_PATH DEVBUF_NO_DEFAULT_PLUGINS LD_LIBRARY_PATH
 "$py" - "$pkgdir" <<'PY' || die "with the test set-up, import devbuf does not give $pkgdir"
 import os, sys
