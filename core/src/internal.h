@@ -10,7 +10,7 @@
 #include "devbuf/runtime.h"
 
 #ifndef DEVBUF_MAX_PLUGINS /* the fuzz build raises it: records are never freed */
-#define DEVBUF_MAX_PLUGINS 256
+#define DEVBUF_MAX_PLUGINS 4096
 #endif
 #define DEVBUF_MAX_SEARCH 64
 

@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-#define DEVBUF_MAX_IDENTIFIERS 1024
+#define DEVBUF_MAX_IDENTIFIERS 8192
 
 typedef struct ident_entry {
   const char *name;       /* interned, immutable */
