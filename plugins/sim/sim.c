@@ -40,6 +40,13 @@
 /* ---- objects ------------------------------------------------------------- */
 
 typedef struct sim_state sim_state;
+
+/* host_alloc blocks carry a one-page header holding their size, so that the
+ * pointer handed out stays page-aligned and host_free can cache by size. */
+#define SIM_STAGE_HDR ((size_t)4096)
+#define SIM_STAGE_SLOTS 8
+#define SIM_STAGE_MIN ((size_t)64 * 1024)
+#define SIM_STAGE_MAX_BYTES ((size_t)512 * 1024 * 1024)
 typedef struct sim_device sim_device;
 
 typedef struct sim_event {
@@ -110,6 +117,12 @@ struct sim_state {
   pthread_mutex_t reg_lock;
   reg_slot *slots;
   size_t cap, count, tombs;
+
+  /* Freed staging blocks kept for reuse (guarded by reg_lock), as real
+   * runtimes cache pinned memory: fresh host memory costs a page fault per
+   * page, several times the copy itself. */
+  void *stage_cache[SIM_STAGE_SLOTS]; /* block bases (header first), or NULL */
+  size_t stage_bytes;                 /* sum of the cached blocks' sizes */
 };
 
 /* ---- registry: an open-addressing set of live handles ----------------- */
@@ -522,9 +535,10 @@ static void sim_shutdown(void *state) {
       pthread_mutex_destroy(&e->lock);
       free(e);
     } else if (st->slots[i].kind == REG_HOST) {
-      free(k);
+      free((char *)k - SIM_STAGE_HDR);
     }
   }
+  for (int i = 0; i < SIM_STAGE_SLOTS; i++) free(st->stage_cache[i]);
   for (int i = 0; i < st->ndev; i++) {
     sim_arena_close(&st->devs[i].arena);
     pthread_mutex_destroy(&st->devs[i].lock);
@@ -1119,15 +1133,32 @@ static int sim_host_alloc(void *state, int device, size_t size, void **ptr, devb
   if (ptr == NULL)
     return devbuf_error_set(err, DEVBUF_EINVAL, "host_alloc: SIM_INVALID_VALUE: ptr is NULL");
   *ptr = NULL;
-  void *p = NULL;
-  if (posix_memalign(&p, 4096, size ? size : 1) != 0)
-    return devbuf_error_set(err, DEVBUF_ENOMEM, "host_alloc: out of host memory (%zu bytes)",
-                            size);
+  if (size > SIZE_MAX - 2 * SIM_STAGE_HDR)
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "host_alloc: out of host memory (%zu bytes)", size);
+  size_t rounded = (size + SIM_STAGE_HDR - 1) / SIM_STAGE_HDR * SIM_STAGE_HDR;
+  if (rounded == 0) rounded = SIM_STAGE_HDR;
+  void *base = NULL;
+  pthread_mutex_lock(&st->reg_lock);
+  for (int i = 0; i < SIM_STAGE_SLOTS && base == NULL; i++) {
+    if (st->stage_cache[i] != NULL && *(size_t *)st->stage_cache[i] == rounded) {
+      base = st->stage_cache[i];
+      st->stage_cache[i] = NULL;
+      st->stage_bytes -= rounded;
+    }
+  }
+  pthread_mutex_unlock(&st->reg_lock);
+  if (base == NULL) {
+    if (posix_memalign(&base, SIM_STAGE_HDR, rounded + SIM_STAGE_HDR) != 0)
+      return devbuf_error_set(err, DEVBUF_ENOMEM, "host_alloc: out of host memory (%zu bytes)",
+                              size);
+    *(size_t *)base = rounded;
+  }
+  void *p = (char *)base + SIM_STAGE_HDR;
   pthread_mutex_lock(&st->reg_lock);
   int bad = reg_insert(st, p, REG_HOST);
   pthread_mutex_unlock(&st->reg_lock);
   if (bad) {
-    free(p);
+    free(base);
     return devbuf_error_set(err, DEVBUF_ENOMEM, "host_alloc: out of host memory");
   }
   *ptr = p;
@@ -1139,16 +1170,31 @@ static int sim_host_free(void *state, int device, void *ptr, devbuf_error *err) 
   int rc = check_device(st, device, "host_free", err);
   if (rc != DEVBUF_OK) return rc;
   if (ptr == NULL) return DEVBUF_OK;
+  void *base = NULL;
   pthread_mutex_lock(&st->reg_lock);
   reg_slot *slot = reg_find(st, ptr);
   int ok = slot != NULL && slot->kind == REG_HOST;
-  if (ok) reg_remove(st, slot);
+  if (ok) {
+    reg_remove(st, slot);
+    base = (char *)ptr - SIM_STAGE_HDR; /* only now known to be ours */
+    size_t size = *(size_t *)base;
+    if (size >= SIM_STAGE_MIN && st->stage_bytes + size <= SIM_STAGE_MAX_BYTES) {
+      for (int i = 0; i < SIM_STAGE_SLOTS; i++) {
+        if (st->stage_cache[i] == NULL) {
+          st->stage_cache[i] = base;
+          st->stage_bytes += size;
+          base = NULL; /* kept for reuse */
+          break;
+        }
+      }
+    }
+  }
   pthread_mutex_unlock(&st->reg_lock);
   if (!ok)
     return devbuf_error_set(err, DEVBUF_EINVAL,
                             "host_free: SIM_INVALID_POINTER: %p is not live sim host memory "
                             "(never allocated by host_alloc, or already freed)", ptr);
-  free(ptr);
+  free(base);
   return DEVBUF_OK;
 }
 

@@ -43,6 +43,7 @@ typedef struct sim_arena {
   sim_block **used;          /* USED and FREEING blocks, sorted by off */
   size_t nused, capused;
   size_t used_bytes;         /* sum of the spans in `used` */
+  size_t retained;           /* freed bytes left resident (approximate, see release) */
 } sim_arena;
 
 /* Create the memfd and both mappings. `device` only names the device in
