@@ -1157,57 +1157,19 @@ static int lz_device_info_export(void *state, const char *identifier, int device
 static int lz_device_info_import(void *state, const char *identifier, const void *info,
                                  devbuf_device_info_desc *out, devbuf_error *err) {
   lz_state *st = state;
-  devbuf_device_info in;
-  devbuf_device_info_desc desc;
-  size_t n;
   int rc;
   if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
                             "device_info_import: devbuf.level_zero does not implement \"%s\"",
                             identifier ? identifier : "(null)");
-  if (info == NULL || out == NULL)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: NULL %s",
-                            info ? "out" : "info");
-  memcpy(&in.struct_size, info, sizeof in.struct_size);
-  if (in.struct_size < sizeof in)
-    return devbuf_error_set(err, DEVBUF_EINVAL,
-                            "device_info_import: struct_size %u < %zu (devbuf_device_info v1)",
-                            (unsigned)in.struct_size, sizeof in);
-  memcpy(&in, info, sizeof in);
-  /* Growth happens through struct_size; a new version number would mean a
-   * changed meaning this reader cannot know. */
-  if (in.version != DEVBUF_DEVICE_INFO_VERSION)
-    return devbuf_error_set(err, DEVBUF_EINVAL,
-                            "device_info_import: version %u, this reader knows version %d",
-                            (unsigned)in.version, DEVBUF_DEVICE_INFO_VERSION);
-  {
-    int dirty = in.reserved0 != 0;
-    for (size_t i = 0; i < sizeof in.reserved / sizeof in.reserved[0]; i++)
-      dirty |= in.reserved[i] != 0;
-    if (dirty)
-      return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: reserved fields not zero");
-  }
-  if (in.flags & ~LZ_INFO_FLAGS)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: unknown flags 0x%x",
-                            (unsigned)(in.flags & ~LZ_INFO_FLAGS));
-  if (in.device_ordinal < 0)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_import: device_ordinal %d < 0",
-                            (int)in.device_ordinal);
+  rc = devbuf_device_info_read(info, LZ_INFO_FLAGS, out, "device_info_import", err);
+  if (rc != DEVBUF_OK) return rc;
   rc = lz_ensure(st, err);
   if (rc != DEVBUF_OK) return rc;
-  if (in.device_ordinal >= st->count)
+  if (out->device_ordinal >= st->count)
     return devbuf_error_set(err, DEVBUF_ENODEV,
                             "device_info_import: device_ordinal %d out of range (%d devices)",
-                            (int)in.device_ordinal, st->count);
-  memset(&desc, 0, sizeof desc);
-  desc.flags = in.flags;
-  desc.device_ordinal = in.device_ordinal;
-  desc.event = in.event;
-  desc.stream = in.stream;
-  n = out->struct_size ? out->struct_size : sizeof desc;
-  if (n > sizeof desc) n = sizeof desc;
-  desc.struct_size = (uint32_t)n;
-  memcpy(out, &desc, n);
+                            (int)out->device_ordinal, st->count);
   return DEVBUF_OK;
 }
 

@@ -115,6 +115,56 @@ typedef struct devbuf_device_info_desc {
   uint64_t reserved[4];
 } devbuf_device_info_desc;
 
+/* Read and check a producer's devbuf_device_info (the layout of every
+ * devbuf.* identifier) for a plugin's device_info_import: NULL, a struct
+ * smaller than v1 (read without over-reading a shorter writer's struct),
+ * another version, non-zero reserved space, flags outside `allowed_flags`,
+ * a negative ordinal: each refused with DEVBUF_EINVAL and its reason. On
+ * success fills *out (up to out->struct_size, 0 meaning the whole struct).
+ * The caller still checks what only it can: the ordinal against its device
+ * count, and that `event` / `stream` are handles it recognises.
+ * `what` prefixes messages, e.g. "device_info_import". */
+static inline int devbuf_device_info_read(const void *info, uint32_t allowed_flags,
+                                          devbuf_device_info_desc *out, const char *what,
+                                          devbuf_error *err) {
+  devbuf_device_info in;
+  devbuf_device_info_desc desc;
+  size_t n;
+  int dirty;
+  if (info == NULL || out == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL %s", what, info ? "out" : "info");
+  memcpy(&in.struct_size, info, sizeof in.struct_size);
+  if (in.struct_size < sizeof in)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: struct_size %u < %zu (devbuf_device_info v1)",
+                            what, (unsigned)in.struct_size, sizeof in);
+  memcpy(&in, info, sizeof in);
+  /* Growth happens through struct_size; a new version would mean a changed
+   * meaning this reader cannot know. */
+  if (in.version != DEVBUF_DEVICE_INFO_VERSION)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: version %u, this reader knows version %d",
+                            what, (unsigned)in.version, DEVBUF_DEVICE_INFO_VERSION);
+  dirty = in.reserved0 != 0;
+  for (size_t i = 0; i < sizeof in.reserved / sizeof in.reserved[0]; i++)
+    dirty |= in.reserved[i] != 0;
+  if (dirty) return devbuf_error_set(err, DEVBUF_EINVAL, "%s: reserved fields not zero", what);
+  if (in.flags & ~allowed_flags)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: unknown flags 0x%x", what,
+                            (unsigned)(in.flags & ~allowed_flags));
+  if (in.device_ordinal < 0)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device_ordinal %d < 0", what,
+                            (int)in.device_ordinal);
+  memset(&desc, 0, sizeof desc);
+  desc.flags = in.flags;
+  desc.device_ordinal = in.device_ordinal;
+  desc.event = in.event;
+  desc.stream = in.stream;
+  n = out->struct_size ? out->struct_size : sizeof desc;
+  if (n > sizeof desc) n = sizeof desc;
+  desc.struct_size = (uint32_t)n;
+  memcpy(out, &desc, n);
+  return DEVBUF_OK;
+}
+
 /* An extra, plugin-specific function (issue: language-neutral plugins).
  * `signature` is "ret(args)" in the letters of docs/plugin-authors.md,
  * e.g. "i(ip)" for int f(int, void*). */
