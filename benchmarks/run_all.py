@@ -40,7 +40,7 @@ def bench_list(build, quick, tmp):
          ["--build", build] + (["--runs", "11"] if quick else []), "md", None),
         ("Python bindings", "benchmarks/python/bench_view.py", q + ["--json", j("view")], "text", j("view")),
         ("Interop", "benchmarks/interop/bench_dlpack.py", q + ["--json", j("dlpack")], "md", j("dlpack")),
-        ("Pickle protocol 5", "benchmarks/pickle/bench_pickle.py", q + ["--json", j("pickle")], "md", j("pickle")),
+        ("Pickle protocol 5", "benchmarks/pickle/bench_pickle.py", q + ["--json", j("pickle")], "text", j("pickle")),
         ("Python plugins (libffi)", "benchmarks/ffi/bench_closure.py", q + ["--json", j("ffi")], "md", j("ffi")),
     ]
 
@@ -83,9 +83,12 @@ def old_sections(text):
 
 
 def strip_heading(text, title):
+    """Drop a benchmark's own '## title' line; its '# machine' line becomes an
+    italic note, since a level-1 heading inside a section would break the page."""
     lines = text.strip("\n").splitlines()
     if lines and lines[0].startswith("## "):
         lines = lines[1:]
+    lines = [f"*{ln[2:].strip()}*" if ln.startswith("# ") else ln for ln in lines]
     return "\n".join(lines).strip("\n") + "\n"
 
 
