@@ -321,6 +321,16 @@ static int dtype_from_engine(const char *fmt, size_t len, DLDataType *out, int *
     if (fld && fld->kind == DEVBUF_FIELD_CUSTOM && fld->custom && fld->custom->desc.bits < 8 &&
         fld->custom->desc.elements_per_item == 1)
       pad = 1;
+    /* A repeated packed item ("7[devbuf$float4_e2m1fn_x4]") would need lanes
+     * of packed elements, which DLPack does not define (the fast path refuses
+     * the same; found by fuzz_dlpack: the mapping could not come back). */
+    if (fld && fld->kind == DEVBUF_FIELD_CUSTOM && fld->custom &&
+        fld->custom->desc.elements_per_item > 1 && lanes != 1) {
+      devbuf_format_release(&f);
+      return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                              "dlpack: dtype: packed %s with a count is not supported",
+                              fld->custom->desc.canonical);
+    }
     out->code = code;
     out->bits = bits;
     out->lanes = lanes;

@@ -237,6 +237,19 @@ static void test_dtype_from_format(void) {
     CHECK(err.message[0] != '\0', "'%s' refused without a message", refused[i]);
     CHECK_HAS(err.message, "dlpack");
   }
+  /* A repeated packed sub-byte item has no DLPack dtype, on the fast path
+   * and through the engine alike (fuzz_dlpack found the engine accepting
+   * what could not be mapped back). One packed item is fine. */
+  static const char *const packed_counted[] = {"2[devbuf$float4_e2m1fn_x2]",
+                                               "7[devbuf$float4_e2m1fn_x4]"};
+  for (size_t i = 0; i < sizeof packed_counted / sizeof packed_counted[0]; i++) {
+    rc = devbuf_dlpack_dtype_from_format(packed_counted[i], (size_t)-1, &dt, NULL, &err);
+    CHECK(rc == DEVBUF_ENOTSUP, "'%s' rc %d", packed_counted[i], rc);
+    CHECK_HAS(err.message, "with a count is not supported");
+  }
+  CHECK_OK(devbuf_dlpack_dtype_from_format("[devbuf$float4_e2m1fn_x4]", (size_t)-1, &dt, NULL, &err), &err);
+  CHECK(dt.code == 17 && dt.bits == 4 && dt.lanes == 1, "x4 -> code %u bits %u lanes %u",
+        dt.code, dt.bits, dt.lanes);
 }
 
 /* The names above must be the ones the format engine's builtin devbuf
