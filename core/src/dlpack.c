@@ -252,8 +252,12 @@ int devbuf_dlpack_dtype_to_format(DLDataType dt, int padded, char *buf, size_t c
   const char *plain = plain_code(dt.code, dt.bits);
   if (plain != NULL) {
     isz = (uint64_t)dt.bits / 8u * dt.lanes;
-    if (dt.lanes == 1) n = snprintf(tmp, sizeof tmp, "%s", plain);
-    else n = snprintf(tmp, sizeof tmp, "%u%s", (unsigned)dt.lanes, plain);
+    if (dt.lanes == 1) { /* the common case, on every import: no printf */
+      n = (int)strlen(plain);
+      memcpy(tmp, plain, (size_t)n + 1);
+    } else {
+      n = snprintf(tmp, sizeof tmp, "%u%s", (unsigned)dt.lanes, plain);
+    }
   } else {
     const ext_dtype *e = ext_by_code(dt.code, dt.bits);
     if (e == NULL) {
