@@ -869,36 +869,20 @@ static int cuda_device_info_export(void *state, const char *identifier, int devi
                                    void *stream, uint32_t flags, void *out, size_t capacity,
                                    size_t *size, devbuf_error *err) {
   cuda_state *st = state;
-  devbuf_device_info info;
   int rc;
   if (identifier == NULL || strcmp(identifier, CUDA_IDENTIFIER) != 0)
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
                             "device_info_export: devbuf.cuda does not implement \"%s\"",
                             identifier ? identifier : "(null)");
-  if (out == NULL || size == NULL)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: NULL %s",
-                            out ? "size" : "out");
-  if (capacity < sizeof info)
-    return devbuf_error_set(err, DEVBUF_EINVAL,
-                            "device_info_export: capacity %zu < %zu bytes of devbuf_device_info",
-                            capacity, sizeof info);
-  if (flags & ~CUDA_INFO_FLAGS)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: unknown flags 0x%x",
-                            (unsigned)(flags & ~CUDA_INFO_FLAGS));
+  rc = devbuf_device_info_check_out(out, capacity, size, flags, CUDA_INFO_FLAGS, "device_info_export", err);
+  if (rc != DEVBUF_OK) return rc;
   rc = cuda_ensure(st, err);
   if (rc != DEVBUF_OK) return rc;
   if (device < 0 || device >= st->count)
     return devbuf_error_set(err, DEVBUF_ENODEV, "device_info_export: no device %d (%d devices)",
                             device, st->count);
-  memset(&info, 0, sizeof info);
-  info.struct_size = (uint32_t)sizeof info;
-  info.version = DEVBUF_DEVICE_INFO_VERSION;
-  info.device_ordinal = device;
-  info.flags = flags;
-  info.event = event;   /* a CUevent */
-  info.stream = stream; /* a CUstream */
-  memcpy(out, &info, sizeof info);
-  *size = sizeof info;
+  /* event: a CUevent; stream: a CUstream */
+  devbuf_device_info_write(out, size, device, flags, event, stream);
   return DEVBUF_OK;
 }
 

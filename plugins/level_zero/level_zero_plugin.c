@@ -1110,7 +1110,6 @@ static int lz_device_info_export(void *state, const char *identifier, int device
                                  void *stream, uint32_t flags, void *out, size_t capacity,
                                  size_t *size, devbuf_error *err) {
   lz_state *st = state;
-  devbuf_device_info info;
   lz_device *d = NULL;
   lz_stream *s = NULL;
   ze_event_handle_t raw = NULL;
@@ -1119,16 +1118,8 @@ static int lz_device_info_export(void *state, const char *identifier, int device
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
                             "device_info_export: devbuf.level_zero does not implement \"%s\"",
                             identifier ? identifier : "(null)");
-  if (out == NULL || size == NULL)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: NULL %s",
-                            out ? "size" : "out");
-  if (capacity < sizeof info)
-    return devbuf_error_set(err, DEVBUF_EINVAL,
-                            "device_info_export: capacity %zu < %zu bytes of devbuf_device_info",
-                            capacity, sizeof info);
-  if (flags & ~LZ_INFO_FLAGS)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: unknown flags 0x%x",
-                            (unsigned)(flags & ~LZ_INFO_FLAGS));
+  rc = devbuf_device_info_check_out(out, capacity, size, flags, LZ_INFO_FLAGS, "device_info_export", err);
+  if (rc != DEVBUF_OK) return rc;
   rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
   /* Consumers get raw Level Zero handles, usable without devbuf. */
@@ -1142,15 +1133,8 @@ static int lz_device_info_export(void *state, const char *identifier, int device
     /* An event never recorded has nothing to wait for. */
     if (own != NULL && !atomic_load(&own->recorded)) raw = NULL;
   }
-  memset(&info, 0, sizeof info);
-  info.struct_size = (uint32_t)sizeof info;
-  info.version = DEVBUF_DEVICE_INFO_VERSION;
-  info.device_ordinal = device;
-  info.flags = flags;
-  info.event = raw;       /* ze_event_handle_t, or NULL */
-  info.stream = s->list;  /* ze_command_list_handle_t (immediate) */
-  memcpy(out, &info, sizeof info);
-  *size = sizeof info;
+  /* event: ze_event_handle_t, or NULL; stream: ze_command_list_handle_t (immediate) */
+  devbuf_device_info_write(out, size, device, flags, raw, s->list);
   return DEVBUF_OK;
 }
 

@@ -165,6 +165,41 @@ static inline int devbuf_device_info_read(const void *info, uint32_t allowed_fla
   return DEVBUF_OK;
 }
 
+/* For a plugin's device_info_export of the devbuf_device_info layout: check
+ * the caller's arguments (NULL out or size, capacity, flags outside
+ * `allowed_flags`) before any device work, then write with
+ * devbuf_device_info_write. `what` prefixes messages. */
+static inline int devbuf_device_info_check_out(const void *out, size_t capacity,
+                                               const size_t *size, uint32_t flags,
+                                               uint32_t allowed_flags, const char *what,
+                                               devbuf_error *err) {
+  if (out == NULL || size == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL %s", what, out ? "size" : "out");
+  if (capacity < sizeof(devbuf_device_info))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: capacity %zu < %zu bytes of devbuf_device_info",
+                            what, capacity, sizeof(devbuf_device_info));
+  if (flags & ~allowed_flags)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: unknown flags 0x%x", what,
+                            (unsigned)(flags & ~allowed_flags));
+  return DEVBUF_OK;
+}
+
+/* Write a v1 devbuf_device_info (reserved space zeroed) to `out`, which the
+ * caller checked with devbuf_device_info_check_out; *size = bytes written. */
+static inline void devbuf_device_info_write(void *out, size_t *size, int32_t ordinal,
+                                            uint32_t flags, void *event, void *stream) {
+  devbuf_device_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = (uint32_t)sizeof info;
+  info.version = DEVBUF_DEVICE_INFO_VERSION;
+  info.device_ordinal = ordinal;
+  info.flags = flags;
+  info.event = event;
+  info.stream = stream;
+  memcpy(out, &info, sizeof info);
+  *size = sizeof info;
+}
+
 /* An extra, plugin-specific function (issue: language-neutral plugins).
  * `signature` is "ret(args)" in the letters of docs/plugin-authors.md,
  * e.g. "i(ip)" for int f(int, void*). */
