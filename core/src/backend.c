@@ -367,15 +367,9 @@ int devbuf_device_info_export(const devbuf_device *dev, void *event, void *strea
   if (capacity < sizeof(devbuf_device_info))
     return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: capacity %zu < %zu", capacity,
                             sizeof(devbuf_device_info));
-  devbuf_device_info *di = out;
-  memset(di, 0, sizeof *di);
-  di->struct_size = sizeof *di;
-  di->version = DEVBUF_DEVICE_INFO_VERSION;
-  di->device_ordinal = dev->ordinal;
-  di->flags = flags;
-  di->event = event;
-  di->stream = stream;
-  if (size) *size = sizeof *di;
+  size_t written = 0;
+  devbuf_device_info_write(out, &written, dev->ordinal, flags, event, stream);
+  if (size) *size = written;
   return DEVBUF_OK;
 }
 
