@@ -84,7 +84,7 @@ def main():
         ("devbuf-info", [info], env),
         ("devbuf-info --json", [info, "--json"], env),
         ("devbuf-info -l", [info, "-l"], env),
-        ("devbuf-info --isolate", [info, "--isolate"], env),
+        ("devbuf-info --in-process", [info, "--in-process"], env),
         ("devbuf-info --no-probe", [info, "--no-probe"], env),
         ("devbuf-info, no plugins", [info],
          dict(env, DEVBUF_NO_DEFAULT_PLUGINS="1")),
@@ -180,9 +180,10 @@ def main():
         top = ", ".join("%s %.1f ms" % (n[5:], statistics.median(cpu[n])) for n in by[:2])
         lines.append("The time is the drivers' start-up, not the tool: the costliest probes "
                      "(CPU) are %s, the rest take about as long as starting a process. "
-                     "`--no-probe` (no driver started) takes %.1f ms. Plugins are probed on "
-                     "parallel threads, so with idle cores the wall time approaches the "
-                     "slowest probe rather than their sum; CPU median %.1f ms vs wall %.1f ms "
+                     "`--no-probe` (no driver started) takes %.1f ms. Plugins are probed in "
+                     "parallel child processes (the default; `--in-process` probes one "
+                     "after another on the calling thread), so with idle cores the wall "
+                     "time approaches the slowest probe rather than their sum; CPU median %.1f ms vs wall %.1f ms "
                      "shows how much parallelism this run actually got."
                      % (top, med("devbuf-info --no-probe"),
                         statistics.median(cpu["devbuf-info"]), base))

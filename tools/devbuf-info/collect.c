@@ -1,12 +1,14 @@
 /* Gathering facts: plugins, identifiers, devices, dtype namespaces.
  *
  * Device probing is the only step that runs driver code (a plugin's
- * device_count may initialise CUDA, an OpenCL ICD, ...). In-process it is a
- * plain call; with --isolate each loaded plugin is probed in a forked child
+ * device_count may initialise CUDA, an OpenCL ICD, ...). By default (the
+ * same as --isolate) each loaded plugin is probed in a forked child
  * that writes fixed-size records into a pipe, so that a driver which crashes
  * or never returns costs one child, not the listing. All children run at
  * once and share one deadline, so the whole probe is bounded by --timeout
- * however many plugins hang. */
+ * however many plugins hang. Children are also faster than probing here:
+ * they _exit() without running the drivers' teardown. --in-process probes
+ * on the calling thread instead (for a debugger, or where fork is unwanted). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -101,33 +103,28 @@ static void probe_plugin(info_plugin *p) {
   p->probe_ms = now_ms() - t0;
 }
 
-static void *probe_thread(void *arg) {
-  probe_plugin(arg);
-  return NULL;
-}
-
-/* In-process probing runs one thread per plugin: the wall time is then the
- * slowest driver's start-up (PoCL's, typically), not the sum of all of them.
- * The plugin ABI allows it: every slot but init/shutdown may be called from
- * any thread, and each plugin's count is probed once under its own lock. */
-static void probe_all_threads(info_model *m) {
-  pthread_t *th = calloc(m->nplugins ? m->nplugins : 1, sizeof *th);
-  char *started = calloc(m->nplugins ? m->nplugins : 1, 1);
+/* --in-process: every probe on the calling thread, one after another.
+ *
+ * Not on probe threads: vendor libraries tie state to the thread that first
+ * calls them. LLVM inside PoCL replaces an alternate signal stack it finds
+ * too small with its own malloc'd one, and libamdhip64's constructors keep
+ * per-thread allocations. A probe thread that exits with such state loses
+ * it (LeakSanitizer reports the vendor's blocks) or, under AddressSanitizer,
+ * has ASan unmap LLVM's heap block as if it were its own stack and abort;
+ * whether LLVM swaps the stack depends on the CPU's signal-frame size
+ * (AT_MINSIGSTKSZ), so the failure came and went with the host's CPU. And a
+ * thread parked until exit keeps its state but breaks LeakSanitizer's
+ * scan of dynamic TLS on this toolchain. The calling thread lives as long as
+ * the process, on every CPU. Speed and a deadline come from the default,
+ * isolated probing below, which runs every plugin at once in children. */
+static void probe_in_process(info_model *m) {
   for (size_t i = 0; i < m->nplugins; i++) {
     info_plugin *p = &m->plugins[i];
-    if (p->pi.state != DEVBUF_PLUGIN_LOADED) {
+    if (p->pi.state != DEVBUF_PLUGIN_LOADED)
       p->probe = INFO_PROBE_NOT_LOADED;
-      continue;
-    }
-    if (th != NULL && started != NULL && pthread_create(&th[i], NULL, probe_thread, p) == 0)
-      started[i] = 1;
     else
-      probe_plugin(p); /* no thread: probe here */
+      probe_plugin(p);
   }
-  for (size_t i = 0; th && started && i < m->nplugins; i++)
-    if (started[i]) pthread_join(th[i], NULL);
-  free(th);
-  free(started);
 }
 
 static void probe_plugin_untimed(info_plugin *p) {
@@ -452,7 +449,7 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
     rc = probe_isolated(m, o->timeout_s, err);
     if (rc != DEVBUF_OK) return rc;
   } else {
-    probe_all_threads(m);
+    probe_in_process(m);
   }
   m->probe_ms = now_ms() - t0;
 

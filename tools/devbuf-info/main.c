@@ -22,9 +22,12 @@ static const char usage_text[] =
     "  -v, --verbose         every path tried, full paths, every reason and detail\n"
     "      --json            machine-readable output, schema \"devbuf-info/1\"\n"
     "      --plugin PATH     also load the plugin file PATH (repeatable)\n"
-    "      --isolate         probe each plugin's devices in a child process, so a\n"
-    "                        driver that crashes or hangs is reported, not fatal\n"
-    "      --timeout SECS    with --isolate: how long a probe may take (default 5)\n"
+    "      --isolate         probe each plugin's devices in a child process of its\n"
+    "                        own, all at once, so a driver that crashes or hangs is\n"
+    "                        reported, not fatal (the default)\n"
+    "      --in-process      probe in this process, one plugin after another, with\n"
+    "                        no time limit (to debug a driver)\n"
+    "      --timeout SECS    how long the isolated probes may take (default 5)\n"
     "      --no-probe        list plugins and identifiers without starting any\n"
     "                        driver (no devices; fast)\n"
     "      --color WHEN      auto (default: only on a terminal, unless NO_COLOR is\n"
@@ -65,7 +68,8 @@ static int output_width(void) {
   return 80;
 }
 
-enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE, OPT_NO_PROBE };
+enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE, OPT_NO_PROBE,
+       OPT_IN_PROCESS };
 
 static int info_main(int argc, char **argv, const char **extra) {
   static const struct option longopts[] = {
@@ -73,6 +77,7 @@ static int info_main(int argc, char **argv, const char **extra) {
       {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
       {"json", no_argument, NULL, OPT_JSON},   {"plugin", required_argument, NULL, OPT_PLUGIN},
       {"isolate", no_argument, NULL, OPT_ISOLATE},
+      {"in-process", no_argument, NULL, OPT_IN_PROCESS},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"color", required_argument, NULL, OPT_COLOR},
       {"colour", required_argument, NULL, OPT_COLOR},
@@ -84,7 +89,7 @@ static int info_main(int argc, char **argv, const char **extra) {
   o.timeout_s = 5.0;
   const char *color = "auto";
   const char *mode = NULL;
-  int timeout_given = 0;
+  int timeout_given = 0, isolate_given = 0, in_process = 0;
   o.extra_plugins = extra;
 
   opterr = 0; /* our own messages, with the exit code we document */
@@ -108,7 +113,8 @@ static int info_main(int argc, char **argv, const char **extra) {
         if (optarg[0] == '\0') return usage_error("--plugin needs a file path%s", "");
         o.extra_plugins[o.nextra++] = optarg;
         break;
-      case OPT_ISOLATE: o.isolate = 1; break;
+      case OPT_ISOLATE: isolate_given = 1; break;
+      case OPT_IN_PROCESS: in_process = 1; break;
       case OPT_NO_PROBE: o.no_probe = 1; break;
       case OPT_TIMEOUT: {
         char *end = NULL;
@@ -161,17 +167,23 @@ static int info_main(int argc, char **argv, const char **extra) {
     if (optind + 1 >= argc) return usage_error("format: missing the format STRING%s", "");
     if (optind + 2 < argc)
       return usage_error("format: one STRING only (quote it); unexpected '%s'", argv[optind + 2]);
-    if (o.list || o.isolate || o.nextra || timeout_given || o.no_probe)
-      return usage_error("format: -l, --isolate, --timeout, --no-probe and --plugin do not "
+    if (o.list || isolate_given || in_process || o.nextra || timeout_given || o.no_probe)
+      return usage_error("format: -l, --isolate, --in-process, --timeout, --no-probe and --plugin do not "
                          "apply%s", "");
     return info_format_command(stdout, stderr, argv[optind + 1], mode ? mode : "default", &o);
   }
   if (mode) return usage_error("--mode applies only to the format command%s", "");
   if (o.list && o.json) return usage_error("--list and --json cannot be combined%s", "");
-  if (o.no_probe && o.isolate)
+  if (o.no_probe && isolate_given)
     return usage_error("--no-probe and --isolate cannot be combined%s", "");
-  if (timeout_given && !o.isolate)
-    return usage_error("--timeout limits --isolate probes; add --isolate%s", "");
+  if (in_process && (isolate_given || o.no_probe))
+    return usage_error("--in-process cannot be combined with --isolate or --no-probe%s", "");
+  if (timeout_given && o.no_probe)
+    return usage_error("--timeout limits device probes, and --no-probe runs none%s", "");
+  if (timeout_given && in_process)
+    return usage_error("--timeout limits the isolated probes; an --in-process probe "
+                       "cannot be interrupted%s", "");
+  o.isolate = !o.no_probe && !in_process;
 
   info_model m;
   devbuf_error err;

@@ -209,8 +209,9 @@ static void print_header(FILE *out, const info_model *m, const info_options *o) 
     fprintf(out, "  note: this tool was built against plugin ABI %d.%d\n", m->abi_header_major,
             m->abi_header_minor);
   if (m->isolate)
-    fprintf(out, "  devices probed in separate processes (--isolate, timeout %g s)\n",
-            m->timeout_s);
+    fprintf(out, "  devices probed in separate processes (timeout %g s)\n", m->timeout_s);
+  else if (!m->no_probe)
+    fprintf(out, "  devices probed in this process (--in-process, no time limit)\n");
   if (m->no_probe)
     fprintf(out, "  devices not probed (--no-probe): no driver was started\n");
 }
