@@ -184,9 +184,14 @@ def test_release_refused_while_download_runs(devbuf_env):
         b.synchronize()
         v = devbuf.view(b)
         out = {}
-        t = threading.Thread(target=lambda: out.setdefault("h", v.to_host()))
+        started = threading.Event()
+        def copy():
+            started.set()
+            out["h"] = v.to_host()   # holds the view for >= 200 ms of latency
+        t = threading.Thread(target=copy)
         t.start()
-        time.sleep(0.02)
+        started.wait()
+        time.sleep(0.05)
         try:
             v.release(); out["release"] = "ok"
         except BufferError:
