@@ -83,7 +83,9 @@ static inline void devbuf_error_prefix(devbuf_error *err, const char *what) {
   if (err != NULL && what != NULL) {
     size_t cap = sizeof err->message;
     size_t wlen = strlen(what);
-    size_t mlen = strnlen(err->message, cap - 1);
+    /* memchr, not POSIX strnlen: the header must compile under plain -std=c11. */
+    const char *nul = (const char *)memchr(err->message, '\0', cap - 1);
+    size_t mlen = nul != NULL ? (size_t)(nul - err->message) : cap - 1;
     if (wlen + 2 >= cap) wlen = cap - 3;
     if (wlen + 2 + mlen >= cap) mlen = cap - 1 - wlen - 2; /* truncate the tail */
     memmove(err->message + wlen + 2, err->message, mlen);
