@@ -183,6 +183,11 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     return NULL;
   }
   self->nbytes = (size_t)(items * itemsize);
+  if (dbp_layout_check("devbuf.DeviceBuffer", format, itemsize, ndim, shape, self->strides,
+                       (Py_ssize_t)self->nbytes, (Py_ssize_t)self->nbytes, DBP_LAYOUT_OWN) < 0) {
+    Py_DECREF(self);
+    return NULL;
+  }
   size_t flen = strlen(format);
   self->format = PyMem_Malloc(flen + 1);
   if (self->format == NULL) {
@@ -481,6 +486,12 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceBuffer is read-only");
     return -1;
   }
+#if DBP_CHECK_EXPORTS
+  if (dbp_layout_check("devbuf.DeviceBuffer export", self->format, self->itemsize, self->ndim,
+                       self->shape, self->strides, (Py_ssize_t)self->nbytes,
+                       (Py_ssize_t)self->nbytes, DBP_LAYOUT_BUFFER_ERROR) < 0)
+    return -1;
+#endif
   int device_export = (flags & PyBUF_DEVICE) && !self->device->is_host;
   if (!device_export) {
     if (!self->host_readable) {

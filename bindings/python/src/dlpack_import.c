@@ -38,6 +38,19 @@ static DbpForeign *foreign_alloc(int kind, PyObject *source) {
   return f;
 }
 
+/* The layout invariant (layout.c) on a described tensor: format and item
+ * size agree, and len is what shape says. The memory's extent is the
+ * producer's word (libdevbuf checked it does not wrap). */
+static int check_desc(const devbuf_dlpack_desc *d, const char *what) {
+  Py_ssize_t sh[DEVBUF_DLPACK_MAX_NDIM], st[DEVBUF_DLPACK_MAX_NDIM];
+  for (int i = 0; i < d->ndim; i++) {
+    sh[i] = (Py_ssize_t)d->shape[i];
+    st[i] = (Py_ssize_t)d->strides[i];
+  }
+  return dbp_layout_check(what, d->format, (Py_ssize_t)d->itemsize, d->ndim, sh, st,
+                          (Py_ssize_t)(d->nitems * d->itemsize), -1, DBP_LAYOUT_BUFFER_ERROR);
+}
+
 /* Describe `t` (checked by libdevbuf) into f, keeping a copy of its shape
  * and strides. 0, or -1 with BufferError. Takes no ownership. */
 static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
@@ -45,6 +58,7 @@ static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
   devbuf_error err;
   devbuf_error_clear(&err);
   if (devbuf_dlpack_describe(t, dl_flags, &f->desc, &err) != DEVBUF_OK) return dbp_buffer_error(&err);
+  if (check_desc(&f->desc, "devbuf.ForeignArray") < 0) return -1;
   f->desc.version = version;
   f->dl_flags = dl_flags;
   f->tensor = *t;
@@ -194,6 +208,9 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
       if (rc != DEVBUF_OK) return dbp_fail(&err);
     }
   }
+#if DBP_CHECK_EXPORTS
+  if (check_desc(d, "devbuf.ForeignArray export") < 0) return -1;
+#endif
   if (device_export && foreign_prepare_device(f) < 0) return -1;
   view->buf = (char *)d->data + d->byte_offset;
   view->obj = NULL;
