@@ -91,3 +91,20 @@ def test_view_of_foreign_object_array_is_still_allowed():
     v.release()
 
 
+
+
+# ---- borrowed fields after release --------------------------------------------
+
+@pytest.mark.parametrize("use", ["to_host", "sync", "device", "host_accessible", "synchronize"])
+def test_released_view_does_not_read_the_producers_fields(use):
+    # Once resolved, a view skipped its liveness check: after release it read
+    # the producer's shape/strides/identifier, which may be gone by then.
+    b = devbuf.empty((2, 3), format="i")
+    v = devbuf.view(b)
+    v.device  # resolves
+    v.release()
+    del b
+    with pytest.raises(ValueError, match="released"):
+        r = getattr(v, use)
+        if callable(r):
+            r()

@@ -92,8 +92,10 @@ got:
 }
 
 int dbp_view_resolve(DbpView *v) {
-  if (v->resolved) return 0;
+  /* Alive first, even when resolved: after release the buffer's fields
+   * (shape, strides, device, device_info) are the producer's, maybe freed. */
   if (check_alive(v) < 0) return -1;
+  if (v->resolved) return 0;
   if (v->is_device) {
     devbuf_error err;
     devbuf_error_clear(&err);
