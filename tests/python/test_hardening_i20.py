@@ -108,3 +108,35 @@ def test_released_view_does_not_read_the_producers_fields(use):
         r = getattr(v, use)
         if callable(r):
             r()
+
+
+# ---- dtype-namespace descriptions ----------------------------------------------
+
+@pytest.mark.parametrize("desc, why", [
+    # itemsize 1 with a 64-bit DLPack dtype: a 0-d buffer went out through
+    # __dlpack__ as float64 over a 1-byte allocation.
+    ({"kind": "float", "itemsize": 1, "alignment": 1, "bits": 8, "dlpack": (2, 64)},
+     "does not fill its itemsize 1"),
+    ({"kind": "float", "itemsize": 2, "alignment": 1, "bits": 64}, "more than its itemsize 2"),
+    ({"kind": "float", "itemsize": 2, "alignment": 4, "bits": 16}, "not a multiple of its alignment"),
+    ({"kind": "float", "itemsize": 4, "alignment": 3, "bits": 32}, "not a power of two"),
+])
+def test_inconsistent_namespace_description_is_refused(desc, why):
+    devbuf.register_dtype_namespace("i20bad", lambda payload: dict(desc))
+    try:
+        with pytest.raises(ValueError, match=r"i20bad.*" + why):
+            devbuf.parse_format("[i20bad$x]")
+        with pytest.raises(ValueError, match="i20bad"):
+            devbuf.empty((), format="[i20bad$x]")
+    finally:
+        devbuf.unregister_dtype_namespace("i20bad")
+
+
+def test_consistent_namespace_description_is_accepted():
+    devbuf.register_dtype_namespace(
+        "i20good", lambda p: {"kind": "float", "itemsize": 2, "alignment": 2, "bits": 16,
+                              "dlpack": (2, 16)})
+    try:
+        assert devbuf.empty((), format="[i20good$x]").nbytes == 2
+    finally:
+        devbuf.unregister_dtype_namespace("i20good")
