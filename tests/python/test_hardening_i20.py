@@ -140,3 +140,61 @@ def test_consistent_namespace_description_is_accepted():
         assert devbuf.empty((), format="[i20good$x]").nbytes == 2
     finally:
         devbuf.unregister_dtype_namespace("i20good")
+
+
+# ---- imported arrays: DLPack, CUDA Array Interface, __array_interface__ ------------
+
+def test_empty_dlpack_tensor_with_wrapping_data_pointer():
+    # data + byte_offset wrapped for an empty tensor: UB (UBSan aborted).
+    from dlpack_ctypes import Producer
+    p = Producer(None, dtype=(2, 32, 1), shape=(0,), strides=None, data=2**64 - 16,
+                 byte_offset=64)
+    with pytest.raises(BufferError, match="wraps around the address space"):
+        devbuf.from_dlpack(p)
+    p.settle()
+
+
+def test_empty_dlpack_tensor_without_wrap_is_fine():
+    from dlpack_ctypes import Producer
+    p = Producer(None, dtype=(2, 32, 1), shape=(0,), strides=None, data=4096, byte_offset=64)
+    a = devbuf.from_dlpack(p)
+    assert a.nbytes == 0
+
+
+class _Iface:
+    def __init__(self, d, cuda=False):
+        if cuda:
+            self.__cuda_array_interface__ = d
+        else:
+            self.__array_interface__ = d
+
+
+@pytest.mark.parametrize("ptr", [-1, -(2**63), -4096])
+def test_negative_data_pointer_in_array_interface(ptr):
+    d = {"shape": (1,), "typestr": "<f4", "data": (ptr, False), "version": 3}
+    with pytest.raises(BufferError, match="'data' pointer .* is negative"):
+        devbuf.view(_Iface(d))
+
+
+def test_negative_data_pointer_in_cuda_array_interface():
+    d = {"shape": (1,), "typestr": "<f4", "data": (-8, False), "version": 3}
+    with pytest.raises(BufferError, match="is negative"):
+        devbuf.view(_Iface(d, cuda=True))
+
+
+@pytest.mark.parametrize("typestr", ["<f4junk", "<f4 ", "<f 4", "<f+4", "<f04x", "<f", "<i8\x00"])
+def test_typestr_with_trailing_junk_is_refused(typestr):
+    buf = bytearray(64)
+    import ctypes
+    addr = ctypes.addressof((ctypes.c_char * 64).from_buffer(buf))
+    d = {"shape": (1,), "typestr": typestr, "data": (addr, False), "version": 3}
+    with pytest.raises((BufferError, ValueError), match="typestr"):
+        devbuf.view(_Iface(d))
+
+
+def test_good_typestr_still_accepted():
+    np = pytest.importorskip("numpy")
+    a = np.arange(4, dtype=np.float32)
+    d = dict(a.__array_interface__)
+    v = devbuf.view(_Iface(d))
+    assert v.format == "f" and v.nbytes == 16
