@@ -308,6 +308,30 @@ static int desc_check(const char *id, size_t idl, devbuf_dtype_desc *d, devbuf_e
     return devbuf_error_set(err, DEVBUF_EABI,
                             "namespace '%.*s' returned alignment %u, not a power of two <= 4096",
                             (int)idl, id, (unsigned)d->alignment);
+  /* The fields must tell one story: consumers size memory by some of them
+   * and exporters (DLPack, the buffer protocol) by others, so a mismatch
+   * hands out more memory than an item holds (issue 20). */
+  uint64_t item_bits = (uint64_t)d->itemsize * 8, epi = d->elements_per_item;
+  if (d->itemsize % d->alignment != 0)
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "namespace '%.*s' returned itemsize %u that is not a multiple of its "
+                            "alignment %u (arrays of it would misalign)",
+                            (int)idl, id, (unsigned)d->itemsize, (unsigned)d->alignment);
+  if (epi > item_bits || (uint64_t)d->bits * epi > item_bits)
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "namespace '%.*s' returned %u elements of %u bits per item, more than "
+                            "its itemsize %u holds",
+                            (int)idl, id, (unsigned)epi, (unsigned)d->bits, (unsigned)d->itemsize);
+  if (d->dlpack_code >= 0) {
+    uint64_t dl = (uint64_t)d->dlpack_bits * epi;
+    if (d->dlpack_bits == 0 || dl > item_bits || (d->dlpack_bits >= 8 && dl != item_bits))
+      return devbuf_error_set(err, DEVBUF_EABI,
+                              "namespace '%.*s' returned DLPack dtype (code %d, %u bits) x %u "
+                              "elements, which does not fill its itemsize %u (%llu bits)",
+                              (int)idl, id, (int)d->dlpack_code, (unsigned)d->dlpack_bits,
+                              (unsigned)epi, (unsigned)d->itemsize,
+                              (unsigned long long)item_bits);
+  }
   return DEVBUF_OK;
 }
 

@@ -183,6 +183,11 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     return NULL;
   }
   self->nbytes = (size_t)(items * itemsize);
+  if (dbp_layout_check("devbuf.DeviceBuffer", format, itemsize, ndim, shape, self->strides,
+                       (Py_ssize_t)self->nbytes, (Py_ssize_t)self->nbytes, DBP_LAYOUT_OWN) < 0) {
+    Py_DECREF(self);
+    return NULL;
+  }
   size_t flen = strlen(format);
   self->format = PyMem_Malloc(flen + 1);
   if (self->format == NULL) {
@@ -325,6 +330,38 @@ static void gather(char *dst, const char *src, int ndim, const Py_ssize_t *shape
     gather(dst, src + i * strides[0], ndim - 1, shape + 1, strides + 1, itemsize, out);
 }
 
+/* Copy a strided device array into C order one contiguous run at a time:
+ * only the bytes the view holds cross, however far apart they lie. The
+ * innermost dimensions that are contiguous form one run. GIL released. */
+static int copy_runs_at(const devbuf_device *dev, const char *src, int ndim, int inner,
+                        const Py_ssize_t *shape, const Py_ssize_t *strides, size_t run,
+                        void *event, char **out, devbuf_error *err) {
+  if (ndim == inner) {
+    int rc = devbuf_copy_to_host_sync(dev, *out, src, 0, run, event, err);
+    *out += run;
+    return rc;
+  }
+  for (Py_ssize_t i = 0; i < shape[0]; i++) {
+    int rc = copy_runs_at(dev, src + i * strides[0], ndim - 1, inner, shape + 1, strides + 1, run,
+                          event, out, err);
+    if (rc != DEVBUF_OK) return rc;
+  }
+  return DEVBUF_OK;
+}
+
+static int copy_runs(const devbuf_device *dev, const char *src, int ndim,
+                     const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
+                     void *event, char **out, devbuf_error *err) {
+  int inner = 0; /* how many trailing dimensions are C-contiguous */
+  Py_ssize_t expect = itemsize;
+  for (int i = ndim - 1; i >= 0 && (shape[i] <= 1 || strides[i] == expect); i--) {
+    expect *= shape[i];
+    inner++;
+  }
+  /* The run is the contiguous tail; its first element sits at src. */
+  return copy_runs_at(dev, src, ndim, inner, shape, strides, (size_t)expect, event, out, err);
+}
+
 DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, const void *ptr,
                                size_t nbytes, int ndim, const Py_ssize_t *shape,
                                const Py_ssize_t *strides, const char *format,
@@ -359,8 +396,14 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
     hi = (Py_ssize_t)out->nbytes;
   }
   size_t span = (size_t)(hi - lo);
+  int direct = host_readable || dev == NULL || dev->backend == NULL;
+  /* A sparse view (a[::1<<20]) must not cost its whole span: the host
+   * gathers straight from the source, and a device copies it run by run
+   * once the span is much larger than the data (issue 20: 34 GB were
+   * allocated for 108 bytes). Dense views still take one bulk copy. */
+  int by_runs = !contiguous && !direct && span / 2 > out->nbytes && span - out->nbytes > ((size_t)1 << 20);
   char *tmp = NULL, *dst = out->ptr;
-  if (!contiguous) {
+  if (!contiguous && !direct && !by_runs) {
     tmp = PyMem_RawMalloc(span);
     if (tmp == NULL) {
       Py_DECREF(out);
@@ -373,9 +416,16 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
   devbuf_error_clear(&err);
   const char *base = (const char *)ptr;
   Py_BEGIN_ALLOW_THREADS
-  if (host_readable || dev == NULL || dev->backend == NULL) {
+  if (direct) {
     if (event && dev && dev->backend) rc = devbuf_event_synchronize(dev, event, &err);
-    if (rc == DEVBUF_OK) memcpy(dst, base + lo, span);
+    if (rc == DEVBUF_OK && contiguous) memcpy(dst, base + lo, span);
+    else if (rc == DEVBUF_OK) {
+      char *o = out->ptr;
+      gather(o, base, ndim, shape, strides, itemsize, &o);
+    }
+  } else if (by_runs) {
+    char *o = out->ptr;
+    rc = copy_runs(dev, base, ndim, shape, strides, itemsize, event, &o, &err);
   } else if (lo < 0) {
     rc = devbuf_copy_to_host_sync(dev, dst, base + lo, 0, span, event, &err);
   } else {
@@ -481,6 +531,12 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceBuffer is read-only");
     return -1;
   }
+#if DBP_CHECK_EXPORTS
+  if (dbp_layout_check("devbuf.DeviceBuffer export", self->format, self->itemsize, self->ndim,
+                       self->shape, self->strides, (Py_ssize_t)self->nbytes,
+                       (Py_ssize_t)self->nbytes, DBP_LAYOUT_BUFFER_ERROR) < 0)
+    return -1;
+#endif
   int device_export = (flags & PyBUF_DEVICE) && !self->device->is_host;
   if (!device_export) {
     if (!self->host_readable) {

@@ -155,6 +155,26 @@ int dbp_pickle_init(PyObject *module);
 /* ---- capi.c ----------------------------------------------------------------------- */
 int dbp_capi_init(PyObject *module);
 
+/* ---- layout.c: the layout invariant (issue 20) -------------------------------------
+ * itemsize agrees with the format (custom items: the namespace's itemsize),
+ * len == prod(shape) * itemsize, that is at most `owned` bytes (-1: not
+ * known, a foreign producer's memory), and strides stay inside `owned`.
+ * ValueError (or BufferError with DBP_LAYOUT_BUFFER_ERROR) naming `what`
+ * and the field; 0 or -1. */
+#define DBP_LAYOUT_OWN 0x1u          /* memory devbuf allocates or rebuilds: no 'O'/pointers */
+#define DBP_LAYOUT_BUFFER_ERROR 0x2u /* raise BufferError (exports, views) */
+int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, int ndim,
+                     const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t len,
+                     Py_ssize_t owned, unsigned flags);
+int dbp_layout_check_view(const char *what, const Py_buffer *b, Py_ssize_t owned,
+                          unsigned flags);
+/* Debug and sanitizer builds check every export as well. */
+#if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+#define DBP_CHECK_EXPORTS 1
+#else
+#define DBP_CHECK_EXPORTS 0
+#endif
+
 /* ---- helpers ---------------------------------------------------------------------- */
 /* C-contiguous strides for shape into `strides`; returns total items or -1
  * on overflow. */

@@ -38,6 +38,19 @@ static DbpForeign *foreign_alloc(int kind, PyObject *source) {
   return f;
 }
 
+/* The layout invariant (layout.c) on a described tensor: format and item
+ * size agree, and len is what shape says. The memory's extent is the
+ * producer's word (libdevbuf checked it does not wrap). */
+static int check_desc(const devbuf_dlpack_desc *d, const char *what) {
+  Py_ssize_t sh[DEVBUF_DLPACK_MAX_NDIM], st[DEVBUF_DLPACK_MAX_NDIM];
+  for (int i = 0; i < d->ndim; i++) {
+    sh[i] = (Py_ssize_t)d->shape[i];
+    st[i] = (Py_ssize_t)d->strides[i];
+  }
+  return dbp_layout_check(what, d->format, (Py_ssize_t)d->itemsize, d->ndim, sh, st,
+                          (Py_ssize_t)(d->nitems * d->itemsize), -1, DBP_LAYOUT_BUFFER_ERROR);
+}
+
 /* Describe `t` (checked by libdevbuf) into f, keeping a copy of its shape
  * and strides. 0, or -1 with BufferError. Takes no ownership. */
 static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
@@ -45,6 +58,7 @@ static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
   devbuf_error err;
   devbuf_error_clear(&err);
   if (devbuf_dlpack_describe(t, dl_flags, &f->desc, &err) != DEVBUF_OK) return dbp_buffer_error(&err);
+  if (check_desc(&f->desc, "devbuf.ForeignArray") < 0) return -1;
   f->desc.version = version;
   f->dl_flags = dl_flags;
   f->tensor = *t;
@@ -194,8 +208,13 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
       if (rc != DEVBUF_OK) return dbp_fail(&err);
     }
   }
+#if DBP_CHECK_EXPORTS
+  if (check_desc(d, "devbuf.ForeignArray export") < 0) return -1;
+#endif
   if (device_export && foreign_prepare_device(f) < 0) return -1;
-  view->buf = (char *)d->data + d->byte_offset;
+  /* Integer arithmetic: libdevbuf checked it does not wrap, and pointer
+   * arithmetic on a foreign address would be UB if it did. */
+  view->buf = (void *)((uintptr_t)d->data + (uintptr_t)d->byte_offset);
   view->obj = NULL;
   view->len = (Py_ssize_t)(d->nitems * d->itemsize);
   view->itemsize = (Py_ssize_t)d->itemsize;
@@ -283,7 +302,7 @@ static PyObject *fget_is_copied(DbpForeign *f, void *c) {
   return PyBool_FromLong((f->desc.flags & DEVBUF_DLPACK_IS_COPIED) != 0);
 }
 static PyObject *fget_ptr(DbpForeign *f, void *c) {
-  return PyLong_FromVoidPtr((char *)f->desc.data + f->desc.byte_offset);
+  return PyLong_FromVoidPtr((void *)((uintptr_t)f->desc.data + (uintptr_t)f->desc.byte_offset));
 }
 static PyObject *fget_dl_device(DbpForeign *f, void *c) {
   return Py_BuildValue("(ii)", (int)f->desc.dl_device_type, (int)f->desc.dl_device_id);
@@ -588,15 +607,23 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
 /* ---- CUDA Array Interface / array interface --------------------------------------- */
 
 static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
-  const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
+  Py_ssize_t slen = 0;
+  const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8AndSize(ts, &slen) : NULL;
   if (s == NULL) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "typestr must be a str");
+    return -1;
+  }
+  if ((size_t)slen != strlen(s)) {
+    PyErr_SetString(PyExc_BufferError, "typestr contains a NUL character");
     return -1;
   }
   const uint16_t one = 1;
   char native = *(const unsigned char *)&one == 1 ? '<' : '>';
   char order = s[0], kind = s[0] ? s[1] : 0;
-  long size = (s[0] && s[1]) ? strtol(s + 2, NULL, 10) : 0;
+  char *end = NULL;
+  long size = (s[0] && s[1]) ? strtol(s + 2, &end, 10) : 0;
+  /* The whole string: "<f4junk" or "<f 4" is not "<f4" (issue 20). */
+  if (end == NULL || end == s + 2 || *end != '\0' || s[2] < '0' || s[2] > '9') size = -1;
   const char *code = NULL;
   if (order == '<' || order == '>' || order == '|' || order == '=') {
     switch (kind) {
@@ -715,7 +742,19 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
   }
   /* ml_dtypes keeps sub-byte types one per byte: DLPack's padded form. */
   int64_t itemsize = padded ? (int64_t)t.dtype.lanes : (int64_t)(t.dtype.bits / 8) * t.dtype.lanes;
-  t.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+  /* PyLong_AsVoidPtr takes negative ints and reinterprets them as high
+   * addresses; an address is never negative (issue 20). */
+  PyObject *ptr_obj = PyTuple_GET_ITEM(data, 0);
+  if (!PyLong_Check(ptr_obj)) {
+    PyErr_Format(PyExc_BufferError, "%s 'data' pointer must be an int, not %.100s", what,
+                 Py_TYPE(ptr_obj)->tp_name);
+    return NULL;
+  }
+  if (_PyLong_Sign(ptr_obj) < 0) {
+    PyErr_Format(PyExc_BufferError, "%s 'data' pointer %R is negative", what, ptr_obj);
+    return NULL;
+  }
+  t.data = PyLong_AsVoidPtr(ptr_obj);
   if (t.data == NULL && PyErr_Occurred()) return NULL;
   int ro = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
   if (ro < 0) return NULL;

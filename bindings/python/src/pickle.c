@@ -452,6 +452,11 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
     return NULL;
   }
   Py_ssize_t nbytes = items * itemsize;
+  /* The metadata comes from a frame that may be damaged: format and item
+   * size must agree, and no object or pointer items (issue 20). */
+  if (dbp_layout_check("pickled devbuf.DeviceBuffer", format, itemsize, ndim, shape, NULL, nbytes,
+                       nbytes, DBP_LAYOUT_OWN) < 0)
+    return NULL;
 
   PyObject *mv = PyMemoryView_FromObject(payload);
   if (mv == NULL) return NULL;
@@ -462,10 +467,11 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
     return NULL;
   }
   if (vb->len != nbytes) {
+    /* Read the length before the memoryview goes: vb points into it. */
+    Py_ssize_t got = vb->len;
     Py_DECREF(mv);
     PyErr_Format(PyExc_ValueError,
-                 "the pickled payload has %zd bytes; shape and item size say %zd", vb->len,
-                 nbytes);
+                 "the pickled payload has %zd bytes; shape and item size say %zd", got, nbytes);
     return NULL;
   }
   DbpDevice *d = dbp_device_get(device_arg);

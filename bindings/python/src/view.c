@@ -77,6 +77,14 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   }
 got:
   Py_XDECREF(foreign); /* the export holds it */
+  /* The producer's description must be self-consistent before devbuf
+   * re-exports or copies it (issue 20); its memory size is its own word. */
+  if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
+                            DBP_LAYOUT_BUFFER_ERROR) < 0) {
+    DevbufPy_BufferRelease(&v->buf);
+    Py_DECREF(v);
+    return NULL;
+  }
   v->released = 0;
   v->is_device = DevbufPy_BufferIsDevice(&v->buf);
   PyObject_GC_Track(v);
@@ -84,8 +92,10 @@ got:
 }
 
 int dbp_view_resolve(DbpView *v) {
-  if (v->resolved) return 0;
+  /* Alive first, even when resolved: after release the buffer's fields
+   * (shape, strides, device, device_info) are the producer's, maybe freed. */
   if (check_alive(v) < 0) return -1;
+  if (v->resolved) return 0;
   if (v->is_device) {
     devbuf_error err;
     devbuf_error_clear(&err);
@@ -190,6 +200,10 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is read-only");
     return -1;
   }
+#if DBP_CHECK_EXPORTS
+  if (dbp_layout_check_view("devbuf.DeviceView export", b, -1, DBP_LAYOUT_BUFFER_ERROR) < 0)
+    return -1;
+#endif
   int device_export = self->is_device && (flags & PyBUF_DEVICE);
   if (self->is_device && !device_export) {
     if (dbp_view_resolve(self) < 0) return -1;
