@@ -202,6 +202,14 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
     }
     if (dbp_view_synchronize(self) < 0) return -1; /* the host is about to read */
   }
+  /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
+   * a real format with ndim 1 and no shape would describe len items. */
+  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
+    PyErr_SetString(PyExc_BufferError,
+                    "devbuf.DeviceView: cannot export as unsigned bytes (no PyBUF_ND) "
+                    "when PyBUF_FORMAT is requested");
+    return -1;
+  }
   if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && b->strides != NULL &&
       !PyBuffer_IsContiguous(b, 'C')) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not C-contiguous");
