@@ -61,3 +61,52 @@ def test_empty_is_c_and_fortran_contiguous(shape):
 def test_empty_strides_7_0_7():
     assert devbuf.empty((7, 0, 7), "h").strides == (0, 14, 2)
     assert memoryview(devbuf.empty((7, 0, 7), "h")).strides == (0, 14, 2)
+
+
+# ---- item sizes under struct's rules -------------------------------------------
+
+import struct  # noqa: E402
+
+
+@pytest.mark.parametrize("fmt,want", [
+    ("i?", "i?3x"), ("3i?", "3i?3x"), ("bd", "bd"), ("<i?", "<i?"), ("q", "q"),
+    ("hb", "hbx"), ("dbb", "dbb6x"), ("D", "Zd"), ("bF", "bZf"),
+])
+def test_exported_format_matches_struct_calcsize(fmt, want):
+    b = devbuf.empty(4, fmt)
+    assert b.format == want
+    m = memoryview(b)
+    assert m.format == want and m.itemsize == b.itemsize
+    if not any(c in want for c in "Z"):  # 3.11's struct has no complex codes
+        assert struct.calcsize(m.format) == m.itemsize
+        assert len(list(struct.iter_unpack(m.format, m.cast("B")))) == 4
+
+
+def test_formats_struct_cannot_read_go_out_as_written():
+    assert devbuf.empty(2, "T{i?}").format == "T{i?}"
+    assert devbuf.empty(2, "T{i?}").itemsize == 8
+
+
+def test_view_dtype_takes_the_producers_layout():
+    # A struct-produced 'i?' has 5-byte items: the dtype says 5, not C's 8.
+    nd = tb.ndarray([(1, True), (2, False)], shape=[2], format="i?")
+    v = devbuf.view(nd)
+    assert v.itemsize == 5 and v.dtype.itemsize == 5
+    # NumPy's aligned struct export keeps its own (C) layout.
+    a = np.zeros(3, dtype=np.dtype([("a", "i4"), ("b", "?")], align=True))
+    v = devbuf.view(a)
+    assert v.itemsize == 8 and v.dtype.itemsize == 8
+
+
+def test_view_dtype_refuses_a_size_no_rule_gives():
+    import ctypes
+
+    # ctypes (3.11) exports a native struct as 'T{<i:a:<c:b:}' with itemsize
+    # 8: '<' makes the format 5 bytes under every rule.
+    class S(ctypes.Structure):
+        _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_char)]
+
+    v = devbuf.view((S * 2)())
+    assert v.itemsize == 8
+    with pytest.raises(ValueError, match=r"5-byte items.*itemsize is 8"):
+        v.dtype

@@ -186,13 +186,11 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     return NULL;
   }
   self->nbytes = (size_t)(items * itemsize);
-  size_t flen = strlen(format);
-  self->format = PyMem_Malloc(flen + 1);
+  self->format = dbp_format_for_export(format, itemsize); /* struct.calcsize == itemsize */
   if (self->format == NULL) {
     Py_DECREF(self);
-    return (DbpBuffer *)PyErr_NoMemory();
+    return NULL;
   }
-  memcpy(self->format, format, flen + 1);
 
   void *ptr = NULL;
   if (self->kind == DBP_MEM_HOST) {

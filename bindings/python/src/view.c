@@ -361,7 +361,7 @@ static PyObject *get_dtype(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   if (v->dtype_obj == NULL) {
     const char *f = v->buf.view.format ? v->buf.view.format : "B";
-    v->dtype_obj = dbp_format_describe(f, (Py_ssize_t)strlen(f));
+    v->dtype_obj = dbp_format_describe_sized(f, (Py_ssize_t)strlen(f), v->buf.view.itemsize);
     if (v->dtype_obj == NULL) return NULL;
   }
   return Py_NewRef(v->dtype_obj);
