@@ -409,6 +409,8 @@ int devbuf_dlpack_dtype_from_format(const char *format, size_t len, DLDataType *
     case 'f': code = kDLFloat; bits = 32; break;
     case 'd': code = kDLFloat; bits = 64; break;
     case '?': code = kDLBool; bits = 8; break;
+    case 'F': code = kDLComplex; bits = 64; break;  /* CPython 3.14 struct */
+    case 'D': code = kDLComplex; bits = 128; break;
     case 'Z':
       if (q < end && (*q == 'e' || *q == 'f' || *q == 'd')) {
         code = kDLComplex;

@@ -64,6 +64,12 @@ static const code_info CODES[128] = {
              W_NUMPY | W_NUMPY_STD},
     ['u'] = {1, 2, 2, 2, DEVBUF_KIND_STRING, DEVBUF_FIELD_SCALAR, 0},
     ['w'] = {1, 4, 4, 4, DEVBUF_KIND_STRING, DEVBUF_FIELD_SCALAR, W_NUMPY | W_NUMPY_STD},
+    /* CPython 3.14's struct codes for float/double complex (soft-deprecated
+     * in 3.15 for 'Zf'/'Zd'). NumPy's PEP 3118 parser does not know them. */
+    ['F'] = {1, 2 * sizeof(float), _Alignof(float), 8, DEVBUF_KIND_COMPLEX, DEVBUF_FIELD_SCALAR,
+             W_STRUCT},
+    ['D'] = {1, 2 * sizeof(double), _Alignof(double), 16, DEVBUF_KIND_COMPLEX,
+             DEVBUF_FIELD_SCALAR, W_STRUCT},
 };
 
 /* Which plain codes each [mode][native sizes?] takes without further checks
@@ -684,8 +690,15 @@ static int parse_type(fp *p, char bo, devbuf_format_field *f, uint64_t *esize, u
   bool nat = native_sizes(bo);
   int r;
 
-  if (mode == DEVBUF_FORMAT_STRUCT) {
+  /* CPython 3.15's struct reads 'Zf' and 'Zd' (gh-148675); no other Z. */
+  bool struct_z = mode == DEVBUF_FORMAT_STRUCT && c == 'Z' && at + 1 < p->end &&
+                  (s[at + 1] == 'f' || s[at + 1] == 'd');
+  if (mode == DEVBUF_FORMAT_STRUCT && !struct_z) {
     unsigned char uc = (unsigned char)c;
+    if (c == 'Z')
+      return fail(p, at + 1, DEVBUF_EFORMAT,
+                  "struct (CPython 3.15) knows only 'Zf' and 'Zd' after 'Z', found %s",
+                  show(p, at + 1, b));
     if (uc >= 128 || !CODES[uc].valid || !(CODES[uc].where & W_STRUCT)) {
       return fail(p, at, DEVBUF_EFORMAT, "%s is not a struct format code", show(p, at, b));
     }
@@ -803,7 +816,6 @@ static int parse_type(fp *p, char bo, devbuf_format_field *f, uint64_t *esize, u
       return parse_custom(p, bo, f, false, esize, ealign);
     }
     case 'Z': {
-      if (mode == DEVBUF_FORMAT_STRUCT) break;
       char z = at + 1 < p->end ? s[at + 1] : '\0';
       if (z == '[') {
         if (p->flags & DEVBUF_FORMAT_NO_CUSTOM)
@@ -862,6 +874,10 @@ static int parse_type(fp *p, char bo, devbuf_format_field *f, uint64_t *esize, u
           if (ci->where & W_NUMPY)
             return fail(p, at, DEVBUF_EFORMAT,
                         "'%c' has no standard size in NumPy mode: use it with '@' or '^'", c);
+          if (c == 'F' || c == 'D')
+            return fail(p, at, DEVBUF_EFORMAT,
+                        "'%c' is not supported in NumPy mode: NumPy writes complex as '%s'", c,
+                        c == 'F' ? "Zf" : "Zd");
           return fail(p, at, DEVBUF_EFORMAT, "'%c' is not supported in NumPy mode", c);
         }
       } else if (!nat && (ci->where & W_NO_STD)) {
@@ -1548,6 +1564,7 @@ DEVBUF_API int devbuf_format_to_dlpack(const devbuf_format *f, uint8_t *code, ui
       case 'e': case 'f': case 'd': c = DEVBUF_DLDT_FLOAT; break;
       case '?': c = DEVBUF_DLDT_BOOL; break;
       case 'Z': c = k[1] == 'g' ? -1 : DEVBUF_DLDT_COMPLEX; break;
+      case 'F': case 'D': c = DEVBUF_DLDT_COMPLEX; break;
       default: c = -1; break;
     }
     if (x->code[0] == 's' || x->code[0] == 'p' || x->code[0] == 'c') c = -1;

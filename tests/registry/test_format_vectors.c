@@ -345,7 +345,29 @@ static const vec VECS[] = {
     ER("<n", S, EF, 1, "format: byte 1: 'n' is only allowed with native size ('@' or no prefix)"),
     ER("<P", S, EF, 1, "format: byte 1: 'P' is only allowed with native size ('@' or no prefix)"),
     ER("g", S, EF, 0, "format: byte 0: 'g' is not a struct format code"),
-    ER("Zd", S, EF, 0, "format: byte 0: 'Z' is not a struct format code"),
+    /* Complex: CPython 3.14's F/D and 3.15's Zf/Zd (gh-148675), nothing else after Z. */
+    OK("Zd", S, 16, 8, "0", "Zd"),
+    OK("Zf", S, 8, 4, "0", "Zf"),
+    OK("F", S, 8, 4, "0", "F"),
+    OK("D", S, 16, 8, "0", "D"),
+    OK("bD", S, 24, 8, "0,8", "bD"),
+    OK("bZf", S, 12, 4, "0,4", "bZf"),
+    OK("<bD", S, 17, 1, "0,1", "<bD"),
+    OK(">2Zf", S, 16, 1, "0", ">2Zf"),
+    OK("!F", S, 8, 1, "0", ">F"),
+    ER("Zg", S, EF, 1, "format: byte 1: struct (CPython 3.15) knows only 'Zf' and 'Zd' after 'Z', found 'g'"),
+    ER("Ze", S, EF, 1, "format: byte 1: struct (CPython 3.15) knows only 'Zf' and 'Zd' after 'Z', found 'e'"),
+    ER("Z", S, EF, 1, "format: byte 1: struct (CPython 3.15) knows only 'Zf' and 'Zd' after 'Z', found end of string"),
+    ER("Z[devbuf$bfloat16]", S, EF, 1, "format: byte 1: struct (CPython 3.15) knows only 'Zf' and 'Zd' after 'Z', found '['"),
+    OK("F", D, 8, 4, "0", "F"),
+    OK("D", D, 16, 8, "0", "D"),
+    OK("bF", D, 12, 4, "0,4", "bF"),
+    OK("<D", D, 16, 1, "0", "<D"),
+    OK("Zf", N, 8, 4, "0", "Zf"),
+    OK("Zg", N, 32, 16, "0", "Zg"),
+    OK(">Zf", N, 8, 1, "0", ">Zf"),
+    ER("F", N, EF, 0, "format: byte 0: 'F' is not supported in NumPy mode: NumPy writes complex as 'Zf'"),
+    ER("<D", N, EF, 1, "format: byte 1: 'D' is not supported in NumPy mode: NumPy writes complex as 'Zd'"),
     ER("T{i}", S, EF, 0, "format: byte 0: 'T' is not a struct format code"),
     ER("i:a:", S, EF, 1, "format: byte 1: ':' is not a struct format code"),
     ER("(2)i", S, EF, 0, "format: byte 0: '(' is not a struct format code"),
@@ -777,6 +799,25 @@ static void test_dlpack(void) {
     uint16_t l = 0;
     CHECK_OK(devbuf_format_to_dlpack(&f, &c, &b, &l, &err), &err);
     CHECK(c == T[i].code && b == T[i].bits && l == 1, "'%s' -> (%u,%u,%u)", buf, c, b, l);
+    devbuf_format_release(&f);
+  }
+  /* Every complex spelling maps to DLPack complex64/complex128, in every mode
+   * that takes it (CPython 3.14 F/D, 3.15 and NumPy Zf/Zd). */
+  static const struct {
+    const char *fmt;
+    unsigned mode;
+    uint8_t bits;
+  } CX[] = {{"F", 0, 64},   {"D", 0, 128},  {"Zf", 0, 64},  {"Zd", 0, 128},
+            {"F", 1, 64},   {"D", 1, 128},  {"Zf", 1, 64},  {"Zd", 1, 128},
+            {"=D", 1, 128}, {"Zf", 2, 64},  {"Zd", 2, 128}, {"@Zd", 2, 128}};
+  for (size_t i = 0; i < sizeof CX / sizeof CX[0]; i++) {
+    devbuf_format f = DEVBUF_FORMAT_INIT;
+    CHECK_OK(devbuf_format_parse(CX[i].fmt, strlen(CX[i].fmt), CX[i].mode, &f, &err), &err);
+    uint8_t c = 0, b = 0;
+    uint16_t l = 0;
+    CHECK_OK(devbuf_format_to_dlpack(&f, &c, &b, &l, &err), &err);
+    CHECK(c == 5 && b == CX[i].bits && l == 1 && f.itemsize * 8 == CX[i].bits,
+          "'%s' mode %u -> (%u,%u,%u)", CX[i].fmt, CX[i].mode, c, b, l);
     devbuf_format_release(&f);
   }
   char buf[16];

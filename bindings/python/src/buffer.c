@@ -95,7 +95,10 @@ Py_ssize_t dbp_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
     if (shape[i] != 0 && items > PY_SSIZE_T_MAX / shape[i]) return -1;
     items *= shape[i];
     if (shape[i] != 0 && stride > PY_SSIZE_T_MAX / shape[i]) return -1;
-    stride *= shape[i] ? shape[i] : 1;
+    /* As CPython's init_strides_from_shape: a zero dimension zeroes every
+     * stride outside it ((7, 0, 7) 'h' -> (0, 14, 2)), so that
+     * _testbuffer.cmp_contig and friends see the same array. */
+    stride *= shape[i];
   }
   return items;
 }
@@ -188,13 +191,11 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     Py_DECREF(self);
     return NULL;
   }
-  size_t flen = strlen(format);
-  self->format = PyMem_Malloc(flen + 1);
+  self->format = dbp_format_for_export(format, itemsize); /* struct.calcsize == itemsize */
   if (self->format == NULL) {
     Py_DECREF(self);
-    return (DbpBuffer *)PyErr_NoMemory();
+    return NULL;
   }
-  memcpy(self->format, format, flen + 1);
 
   void *ptr = NULL;
   if (self->kind == DBP_MEM_HOST) {
@@ -551,9 +552,19 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
   } else if (!self->info_ready && export_device_info(self) < 0) {
     return -1;
   }
+  /* As CPython's memoryview: without PyBUF_ND the consumer sees len bytes
+   * as a flat array of `len / itemsize` items of `format`, so a format
+   * other than bytes would describe itemsize times too much memory. */
+  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
+    PyErr_SetString(PyExc_BufferError,
+                    "devbuf.DeviceBuffer: cannot export as unsigned bytes (no PyBUF_ND) "
+                    "when PyBUF_FORMAT is requested");
+    return -1;
+  }
   /* Always C-contiguous, so every contiguity request is met except
-   * Fortran order of a genuinely 2+-D array. */
-  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && self->ndim > 1) {
+   * Fortran order of a genuinely 2+-D array; an empty array is both. */
+  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && self->ndim > 1 &&
+      self->nbytes > 0) {
     int dims = 0;
     for (int i = 0; i < self->ndim; i++) dims += self->shape[i] > 1;
     if (dims > 1) {

@@ -143,6 +143,15 @@ int dbp_format_init(PyObject *module);
 int dbp_format_itemsize(const char *fmt, Py_ssize_t *itemsize);
 /* The parsed description of `fmt` as Python objects (see devbuf/_format.py). */
 PyObject *dbp_format_describe(const char *fmt, Py_ssize_t len);
+/* The same for a producer's buffer: a description whose itemsize is
+ * `itemsize` (C, else struct, else NumPy layout), or ValueError naming both
+ * sizes. */
+PyObject *dbp_format_describe_sized(const char *fmt, Py_ssize_t len, Py_ssize_t itemsize);
+/* The format devbuf stores and exports for `itemsize`-byte items of `fmt`
+ * (PyMem_Malloc'd): where struct reads `fmt`, struct.calcsize of the result
+ * is itemsize (trailing padding written as 'x', F/D spelled Zf/Zd). NULL
+ * with ValueError when struct's size exceeds itemsize. */
+char *dbp_format_for_export(const char *fmt, Py_ssize_t itemsize);
 PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *dbp_register_dtype_namespace(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *dbp_unregister_dtype_namespace(PyObject *self, PyObject *arg);

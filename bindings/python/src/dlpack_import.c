@@ -190,6 +190,14 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
     PyErr_SetString(PyExc_BufferError, "devbuf.ForeignArray: the producer marked it read-only");
     return -1;
   }
+  /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
+   * a real format with ndim 1 and no shape would describe len items. */
+  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
+    PyErr_SetString(PyExc_BufferError,
+                    "devbuf.ForeignArray: cannot export as unsigned bytes (no PyBUF_ND) "
+                    "when PyBUF_FORMAT is requested");
+    return -1;
+  }
   int device_export = !f->is_host && (flags & PyBUF_DEVICE);
   if (!f->is_host && !device_export) {
     if (!(d->flags & DEVBUF_DLPACK_HOST_ACCESSIBLE)) {

@@ -232,6 +232,80 @@ PyObject *dbp_format_describe(const char *fmt, Py_ssize_t len) {
   return describe(fmt, len, DEVBUF_FORMAT_DEFAULT);
 }
 
+/* Size of `fmt` in one mode, or -1 (no exception) when that mode refuses it. */
+static Py_ssize_t size_in_mode(const char *fmt, size_t len, uint32_t mode) {
+  uint64_t size = 0;
+  if (devbuf_format_itemsize(fmt, len, mode, &size, NULL, NULL, NULL) != DEVBUF_OK ||
+      size > (uint64_t)PY_SSIZE_T_MAX)
+    return -1;
+  return (Py_ssize_t)size;
+}
+
+PyObject *dbp_format_describe_sized(const char *fmt, Py_ssize_t len, Py_ssize_t itemsize) {
+  /* The producer's itemsize is the truth about its memory: describe the
+   * items with the first layout rule that agrees with it (C/PEP 3118, then
+   * struct's, then NumPy's), so that a view's dtype never sizes items
+   * differently from the buffer it describes. */
+  Py_ssize_t dflt = size_in_mode(fmt, (size_t)len, DEVBUF_FORMAT_DEFAULT);
+  if (dflt < 0 || dflt == itemsize) return describe(fmt, len, DEVBUF_FORMAT_DEFAULT);
+  static const uint32_t others[] = {DEVBUF_FORMAT_STRUCT, DEVBUF_FORMAT_NUMPY};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+    if (size_in_mode(fmt, (size_t)len, others[i]) == itemsize)
+      return describe(fmt, len, others[i]);
+  PyErr_Format(PyExc_ValueError,
+               "format '%.200s' describes %zd-byte items (C layout), but the producer's itemsize "
+               "is %zd, and neither struct's nor NumPy's layout rules give %zd either",
+               fmt, dflt, itemsize, itemsize);
+  return NULL;
+}
+
+char *dbp_format_for_export(const char *fmt, Py_ssize_t itemsize) {
+  size_t len = strlen(fmt);
+  Py_ssize_t s = size_in_mode(fmt, len, DEVBUF_FORMAT_STRUCT);
+  /* Not struct's grammar (T{}, names, custom dtypes...): struct cannot
+   * disagree with it, so it goes out as written. */
+  size_t ncx = 0;
+  if (s >= 0)
+    for (size_t i = 0; i < len; i++) ncx += fmt[i] == 'F' || fmt[i] == 'D';
+  if (s >= 0 && s > itemsize) {
+    PyErr_Format(PyExc_ValueError,
+                 "format '%.200s' is %zd bytes under struct's rules, more than the item size %zd",
+                 fmt, s, itemsize);
+    return NULL;
+  }
+  /* Room for "Zf" per F/D and a "<digits>x" tail. */
+  char *out = PyMem_Malloc(len + ncx + 32);
+  if (out == NULL) return (char *)PyErr_NoMemory();
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    /* In struct's grammar every F and D is a complex code: spell it as
+     * CPython 3.15, NumPy and PEP 3118 do, which 3.14's struct is alone
+     * in not reading. */
+    if (s >= 0 && (fmt[i] == 'F' || fmt[i] == 'D')) {
+      out[n++] = 'Z';
+      out[n++] = fmt[i] == 'F' ? 'f' : 'd';
+    } else {
+      out[n++] = fmt[i];
+    }
+  }
+  out[n] = '\0';
+  if (s >= 0 && s < itemsize) {
+    /* A native struct padded at its end (C and NumPy do it, struct.calcsize
+     * never does): write the padding as NumPy does, so that
+     * struct.calcsize(format) == itemsize. */
+    if (itemsize - s == 1) snprintf(out + n, 32, "x");
+    else snprintf(out + n, 32, "%zdx", itemsize - s);
+    if (size_in_mode(out, strlen(out), DEVBUF_FORMAT_STRUCT) != itemsize) {
+      PyErr_Format(PyExc_ValueError,
+                   "format '%.200s': cannot pad it to the item size %zd under struct's rules",
+                   fmt, itemsize);
+      PyMem_Free(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
 PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"format", "mode", "allow_unknown", "plugins", NULL};
   const char *fmt, *mode = "default";

@@ -216,6 +216,14 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
     }
     if (dbp_view_synchronize(self) < 0) return -1; /* the host is about to read */
   }
+  /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
+   * a real format with ndim 1 and no shape would describe len items. */
+  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
+    PyErr_SetString(PyExc_BufferError,
+                    "devbuf.DeviceView: cannot export as unsigned bytes (no PyBUF_ND) "
+                    "when PyBUF_FORMAT is requested");
+    return -1;
+  }
   if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && b->strides != NULL &&
       !PyBuffer_IsContiguous(b, 'C')) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not C-contiguous");
@@ -367,7 +375,7 @@ static PyObject *get_dtype(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   if (v->dtype_obj == NULL) {
     const char *f = v->buf.view.format ? v->buf.view.format : "B";
-    v->dtype_obj = dbp_format_describe(f, (Py_ssize_t)strlen(f));
+    v->dtype_obj = dbp_format_describe_sized(f, (Py_ssize_t)strlen(f), v->buf.view.itemsize);
     if (v->dtype_obj == NULL) return NULL;
   }
   return Py_NewRef(v->dtype_obj);

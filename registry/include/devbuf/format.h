@@ -15,7 +15,9 @@
  *                          is padded at its end to its alignment; a byte-order
  *                          character inside T{} stays inside it.
  *   DEVBUF_FORMAT_STRUCT   exactly the grammar and sizes of CPython 3.11's
- *                          struct module: itemsize == struct.calcsize(fmt),
+ *                          struct module, plus the complex codes of 3.14
+ *                          (F, D) and 3.15 (Zf, Zd): itemsize ==
+ *                          struct.calcsize(fmt),
  *                          an error wherever struct raises (no trailing
  *                          padding, prefix only at the start, no T{} or [...]).
  *                          `alignment` is then what an array of items at
