@@ -1,0 +1,73 @@
+"""Spec guarantees from issue 15: each test here failed before its fix (or
+guards a statement of the seeds that no other test checked)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import devbuf
+from dlpack_ctypes import capsule_name
+
+KDLCPU, KDLCUDA, KDLOPENCL, KDLEXTDEV = 1, 2, 4, 12
+
+
+# ---- 0-d buffers keep ndim 0 through DLPack and the array interfaces ---------------
+
+@pytest.mark.parametrize("make", [devbuf.view, devbuf.from_host])
+def test_zero_d_exports_as_zero_d(make):
+    a = np.array(1.5)
+    b = make(a)
+    assert b.shape == ()
+    x = np.from_dlpack(b)
+    assert x.shape == () and x == 1.5
+    legacy = np.from_dlpack(_Legacy(b))
+    assert legacy.shape == ()
+    if isinstance(b, devbuf.DeviceBuffer):
+        assert b.__array_interface__["shape"] == ()
+
+
+class _Legacy:
+    """Asks its wrapped producer for an unversioned capsule only."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.inner.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+
+# ---- dl_device that cannot be served is a BufferError ------------------------------
+
+def test_dl_device_unreachable_is_buffer_error():
+    b = devbuf.from_host(np.arange(3.0))
+    for dev in [(KDLCUDA, 0), (KDLCUDA, 7), (KDLOPENCL, 99), (3, 0), (999, 0)]:
+        try:
+            cap = b.__dlpack__(max_version=(1, 0), dl_device=dev)
+        except BufferError:
+            continue
+        # A reachable device answered: it must be the device asked for.
+        v = devbuf.from_dlpack(_Capsuled(cap, dev))
+        assert v.__dlpack_device__() == dev
+
+
+def test_dl_device_cpu_ordinal_other_than_zero_refused():
+    b = devbuf.from_host(np.arange(3.0))
+    with pytest.raises(BufferError, match=r"\(1, 1\)|device_id 1"):
+        b.__dlpack__(max_version=(1, 0), dl_device=(KDLCPU, 1))
+    with pytest.raises(BufferError):
+        b.__dlpack__(max_version=(1, 0), dl_device=(KDLCPU, 1), copy=True)
+    b.__dlpack__(max_version=(1, 0), dl_device=(KDLCPU, 0))  # the right one works
+
+
+class _Capsuled:
+    def __init__(self, cap, dev):
+        self.cap, self.dev = cap, dev
+
+    def __dlpack__(self, **kw):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return self.dev
