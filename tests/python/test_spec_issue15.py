@@ -71,3 +71,42 @@ class _Capsuled:
 
     def __dlpack_device__(self):
         return self.dev
+
+
+# ---- legacy (unversioned) imports are read-only unless the caller vouches ----------
+
+def test_legacy_import_is_read_only_by_default():
+    from dlpack_ctypes import Producer
+    a = np.arange(4, dtype=np.int32)
+    v = devbuf.from_dlpack(Producer(a, legacy_only=True))
+    assert v.obj.kind == "dlpack_legacy"
+    assert v.readonly and v.obj.readonly
+    with pytest.raises(BufferError, match="read-only"):
+        _writable(v.obj)
+    # Re-exported read-only too: NumPy cannot write through it.
+    x = np.from_dlpack(v)
+    assert not x.flags.writeable
+    # The explicit opt-in, for a producer known to allow writes.
+    w = devbuf.from_dlpack(Producer(a, legacy_only=True), legacy_writable=True)
+    assert not w.readonly
+    y = np.from_dlpack(w)
+    y[0] = 7
+    assert a[0] == 7
+
+
+def _writable(obj):
+    # A writable request: refused for a read-only export.
+    ctypes.pythonapi.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int]
+    buf = (ctypes.c_byte * 256)()
+    PyBUF_WRITABLE = 1
+    rc = ctypes.pythonapi.PyObject_GetBuffer(obj, buf, PyBUF_WRITABLE)
+    if rc == 0:
+        ctypes.pythonapi.PyBuffer_Release.argtypes = [ctypes.c_void_p]
+        ctypes.pythonapi.PyBuffer_Release(buf)
+
+
+def test_versioned_import_without_read_only_flag_stays_writable():
+    from dlpack_ctypes import Producer
+    a = np.arange(4, dtype=np.int32)
+    v = devbuf.from_dlpack(Producer(a))
+    assert not v.readonly
