@@ -110,3 +110,42 @@ def test_versioned_import_without_read_only_flag_stays_writable():
     a = np.arange(4, dtype=np.int32)
     v = devbuf.from_dlpack(Producer(a))
     assert not v.readonly
+
+
+# ---- supported flags: advertise what you serve, and require all of them -------------
+
+PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND = 0x1, 0x4, 0x8
+PyBUF_STRIDES = 0x10 | PyBUF_ND
+PyBUF_INDIRECT = 0x100 | PyBUF_STRIDES
+PyBUF_FULL_RO = PyBUF_INDIRECT | PyBUF_FORMAT
+
+
+def _exporters():
+    from dlpack_ctypes import Producer
+    b = devbuf.from_host(np.arange(4, dtype=np.float32))
+    return [b, devbuf.view(b), devbuf.from_dlpack(Producer(np.arange(3.0))).obj]
+
+
+def test_exporters_advertise_what_they_serve():
+    for obj in _exporters():
+        t = type(obj)
+        assert t.__buffer_supported_flags__ == devbuf.PyBUF_CLASSIC_FLAGS | devbuf.PyBUF_DEVICE, t
+        # memoryview asks PyBUF_FULL_RO: the advertisement must agree with it.
+        mv = memoryview(obj)
+        assert mv.suboffsets == ()
+        assert devbuf.check_buffer_supports(obj, PyBUF_FULL_RO), t
+        assert devbuf.check_buffer_supports(obj, PyBUF_FULL_RO | devbuf.PyBUF_DEVICE), t
+    assert devbuf.check_buffer_supports(bytearray(), PyBUF_FULL_RO)
+
+
+def test_check_buffer_supports_requires_every_flag():
+    class Nd(bytearray):
+        __buffer_supported_flags__ = PyBUF_ND | PyBUF_FORMAT
+
+    x = Nd(b"ab")
+    assert devbuf.check_buffer_supports(x, PyBUF_ND)
+    assert devbuf.check_buffer_supports(x, PyBUF_ND | PyBUF_FORMAT)
+    # one flag supported and one not: the answer is no (all, not any)
+    assert not devbuf.check_buffer_supports(x, PyBUF_ND | PyBUF_WRITABLE)
+    assert not devbuf.check_buffer_supports(x, PyBUF_FORMAT | devbuf.PyBUF_DEVICE)
+    assert not devbuf.check_buffer_supports(x, PyBUF_STRIDES)  # 0x10 missing

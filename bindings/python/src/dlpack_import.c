@@ -1038,7 +1038,7 @@ int dbp_import_init(PyObject *module) {
   g_max_version = Py_BuildValue("(ii)", DEVBUF_DLPACK_MAJOR, DEVBUF_DLPACK_MINOR);
   if (g_max_version == NULL) return -1;
   if (PyType_Ready(&DbpForeign_Type) < 0) return -1;
-  if (DevbufPy_SetBufferSupportedFlags(&DbpForeign_Type, PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+  if (DevbufPy_SetBufferSupportedFlags(&DbpForeign_Type, DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE) < 0)
     return -1;
   if (PyModule_AddObjectRef(module, "ForeignArray", (PyObject *)&DbpForeign_Type) < 0) return -1;
   if (PyModule_AddFunctions(module, import_functions) < 0) return -1;
