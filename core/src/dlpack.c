@@ -696,7 +696,9 @@ int devbuf_dlpack_describe_legacy(const DLManagedTensor *m, devbuf_dlpack_desc *
                                   devbuf_error *err) {
   if (m == NULL)
     return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack import: NULL DLManagedTensor");
-  return devbuf_dlpack_describe(&m->dl_tensor, 0, out, err);
+  /* Before 1.0 DLPack could not say "read-only": assume it, as NumPy does,
+   * so an immutable producer (JAX) is never written through. */
+  return devbuf_dlpack_describe(&m->dl_tensor, DLPACK_FLAG_BITMASK_READ_ONLY, out, err);
 }
 
 int devbuf_dlpack_check_bounds(const devbuf_dlpack_desc *d, uint64_t alloc_size,

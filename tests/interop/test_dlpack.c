@@ -427,9 +427,9 @@ static void test_describe_versioned(void) {
   memset(&lm, 0, sizeof lm);
   lm.dl_tensor = make_tensor(data, 1, shape, NULL, kDLUInt, 16);
   CHECK_OK(devbuf_dlpack_describe_legacy(&lm, &d, &err), &err);
-  CHECK(!(d.flags & DEVBUF_DLPACK_VERSIONED) && !(d.flags & DEVBUF_DLPACK_READONLY) &&
+  CHECK(!(d.flags & DEVBUF_DLPACK_VERSIONED) && (d.flags & DEVBUF_DLPACK_READONLY) &&
             strcmp(d.format, "H") == 0,
-        "legacy");
+        "legacy: read-only by default (no flag to say otherwise before DLPack 1.0)");
 }
 
 static void test_describe_malformed(void) {

@@ -103,7 +103,7 @@ def test_numpy_and_bytearray_ignore_the_flag_in_canary():
 # ---- supported flags and required flags --------------------------------------------------------
 
 def test_supported_flags_advertised():
-    assert devbuf.DeviceBuffer.__buffer_supported_flags__ == devbuf.PyBUF_REQUIRED_FLAGS | devbuf.PyBUF_DEVICE
+    assert devbuf.DeviceBuffer.__buffer_supported_flags__ == devbuf.PyBUF_CLASSIC_FLAGS | devbuf.PyBUF_DEVICE
     assert devbuf.DeviceView.__buffer_supported_flags__ & devbuf.PyBUF_DEVICE
     assert consumer.SimpleOnly.__buffer_supported_flags__ == -1
 

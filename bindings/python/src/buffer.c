@@ -826,8 +826,10 @@ PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 int dbp_buffer_init(PyObject *module) {
   if (PyType_Ready(&DbpBuffer_Type) < 0) return -1;
+  /* Every classic flag, PyBUF_INDIRECT included (NULL suboffsets serve it,
+   * as memoryview's PyBUF_FULL_RO shows): advertise what is served. */
   if (DevbufPy_SetBufferSupportedFlags(&DbpBuffer_Type,
-                                       PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+                                       DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE) < 0)
     return -1;
   return PyModule_AddObjectRef(module, "DeviceBuffer", (PyObject *)&DbpBuffer_Type);
 }

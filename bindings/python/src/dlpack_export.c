@@ -206,6 +206,26 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
       dbp_buffer_error(&err);
       goto fail;
     }
+    /* cpu has the single device 0: (kDLCPU, 1) names a device that does
+     * not exist, it is not a synonym for (kDLCPU, 0). */
+    if (strcmp(tid, "cpu") == 0 && target->device_id != 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "__dlpack__: dl_device (%d, %d): %s has only device_id 0",
+                   (int)target->device_type, (int)target->device_id,
+                   devbuf_dlpack_device_type_name((int32_t)target->device_type));
+      goto fail;
+    }
+    /* devbuf answers host memory as kDLCPU (it cannot tell which runtime
+     * pinned it): a request for kDLCUDAHost/kDLROCMHost would be answered on
+     * another device type, which the consumer did not ask for. */
+    if (strcmp(tid, "cpu") == 0 && (int32_t)target->device_type != kDLCPU) {
+      PyErr_Format(PyExc_BufferError,
+                   "__dlpack__: dl_device (%d, %d) (%s): devbuf exports host memory only as "
+                   "kDLCPU",
+                   (int)target->device_type, (int)target->device_id,
+                   devbuf_dlpack_device_type_name((int32_t)target->device_type));
+      goto fail;
+    }
     same = strcmp(tid, s.identifier) == 0 && tord == s.ordinal;
   }
   if (copy == 1 || !same) {
@@ -221,7 +241,22 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
     PyMem_RawFree(h);
     h = NULL;
     PyObject *c = copy_to_device(obj, tid ? tid : s.identifier, tid ? tord : s.ordinal);
-    if (c == NULL) return -1;
+    if (c == NULL) {
+      /* The array API: a dl_device the producer cannot serve is a
+       * BufferError, whatever the plugin layer said. */
+      if (target != NULL && PyErr_ExceptionMatches(dbp_Error) &&
+          !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_Format(PyExc_BufferError, "__dlpack__: dl_device (%d, %d) (%s:%d) is not usable: %S",
+                     (int)target->device_type, (int)target->device_id, tid, (int)tord,
+                     v ? v : Py_None);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+      }
+      return -1;
+    }
     /* The copy is ready on its device's default stream when copy_to returns
      * (or carries its own event): export it like any other buffer. */
     int rc = dbp_dlpack_export(c, versioned, stream, sync, NULL, -1, out);
@@ -260,7 +295,9 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
   spec.data = h->ext.view.buf;
   spec.format = h->ext.view.format ? h->ext.view.format : "B";
   int64_t flat_shape[1];
-  if (h->ext.view.shape == NULL) { /* a producer that ignored PyBUF_ND */
+  /* NULL shape with ndim 0 is a 0-d item and stays 0-d; with ndim != 0 it is
+   * a producer that ignored PyBUF_ND, exported flat. */
+  if (h->ext.view.shape == NULL && h->ext.view.ndim != 0) {
     spec.ndim = 1;
     flat_shape[0] = h->ext.view.itemsize ? h->ext.view.len / h->ext.view.itemsize : h->ext.view.len;
     spec.shape = flat_shape;
@@ -467,7 +504,7 @@ static PyObject *interface_dict(PyObject *self, int cuda) {
     }
   }
   PyObject *shape, *strides;
-  if (ext.view.shape == NULL) {
+  if (ext.view.shape == NULL && ext.view.ndim != 0) { /* ignored PyBUF_ND: flat */
     Py_ssize_t n = ext.view.itemsize ? ext.view.len / ext.view.itemsize : ext.view.len;
     shape = dbp_tuple_from_ssize(1, &n);
     strides = Py_NewRef(Py_None);

@@ -455,7 +455,9 @@ static DbpForeign *import_exchange(PyObject *obj, const devbuf_dlpack_exchange_a
 
 /* ---- capsules --------------------------------------------------------------------- */
 
-static DbpForeign *import_capsule(PyObject *cap, PyObject *producer) {
+/* legacy_writable: the caller vouched that a pre-1.0 producer allows
+ * writes; otherwise a legacy tensor is read-only (it cannot say). */
+static DbpForeign *import_capsule(PyObject *cap, PyObject *producer, int legacy_writable) {
   if (!PyCapsule_CheckExact(cap)) {
     PyErr_Format(PyExc_TypeError, "__dlpack__ returned %.100s, not a PyCapsule",
                  Py_TYPE(cap)->tp_name);
@@ -489,7 +491,8 @@ static DbpForeign *import_capsule(PyObject *cap, PyObject *producer) {
     DLManagedTensor *m = p;
     DLPackVersion none = {0, 0};
     f = foreign_alloc(DBP_FOREIGN_DLPACK_LEGACY, producer);
-    if (f != NULL && foreign_describe(f, &m->dl_tensor, 0, none) < 0) Py_CLEAR(f);
+    uint64_t fl = legacy_writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
+    if (f != NULL && foreign_describe(f, &m->dl_tensor, fl, none) < 0) Py_CLEAR(f);
   }
   if (f == NULL) return NULL;
   if (PyCapsule_SetName(cap, versioned ? DEVBUF_DLPACK_CAPSULE_VERSIONED_USED
@@ -590,7 +593,7 @@ static int after_stream_import(DbpForeign *f) {
 }
 
 static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObject *copy,
-                                      int *dropped) {
+                                      int *dropped, int legacy_writable) {
   DLDevice pd;
   int has = 0;
   if (producer_device(obj, &pd, &has) < 0) return NULL;
@@ -606,7 +609,7 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
   }
   Py_DECREF(stream);
   if (cap == NULL) return NULL;
-  DbpForeign *f = import_capsule(cap, obj);
+  DbpForeign *f = import_capsule(cap, obj, legacy_writable);
   Py_DECREF(cap); /* consumed: its destructor does nothing; else it deletes */
   if (f != NULL && after_stream_import(f) < 0) Py_CLEAR(f);
   return f;
@@ -848,7 +851,7 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
     if (step == 0) {
       if (!PyObject_HasAttr(obj, g_s_dlpack)) continue;
       int dropped;
-      f = (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped);
+      f = (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped, 0);
     } else {
       if (_PyObject_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
       if (d == NULL) continue;
@@ -916,7 +919,7 @@ static int parse_target(PyObject *device, DLDevice *dl, int *has_dl, const char 
 
 PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                           PyObject *kwnames) {
-  PyObject *obj = NULL, *device = Py_None, *copy_o = Py_None;
+  PyObject *obj = NULL, *device = Py_None, *copy_o = Py_None, *lw_o = Py_None;
   if (nargs > 1) {
     PyErr_SetString(PyExc_TypeError, "from_dlpack() takes 1 positional argument");
     return NULL;
@@ -928,6 +931,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (obj == NULL && PyUnicode_CompareWithASCIIString(k, "x") == 0) obj = v;
     else if (PyUnicode_CompareWithASCIIString(k, "device") == 0) device = v;
     else if (PyUnicode_CompareWithASCIIString(k, "copy") == 0) copy_o = v;
+    else if (PyUnicode_CompareWithASCIIString(k, "legacy_writable") == 0) lw_o = v;
     else {
       PyErr_Format(PyExc_TypeError, "from_dlpack() got an unexpected keyword argument '%U'", k);
       return NULL;
@@ -942,6 +946,8 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     copy = PyObject_IsTrue(copy_o);
     if (copy < 0) return NULL;
   }
+  int legacy_writable = PyObject_IsTrue(lw_o);
+  if (legacy_writable < 0) return NULL;
   DLDevice tdl;
   int has_dl = 0, tord = 0;
   const char *tid = NULL;
@@ -961,7 +967,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     } else {
       Py_INCREF(dl);
     }
-    f = import_dlpack_call(obj, dl, copy_o, &dropped);
+    f = import_dlpack_call(obj, dl, copy_o, &dropped, legacy_writable);
     Py_DECREF(dl);
   } else {
     PyErr_Format(PyExc_TypeError,
@@ -1048,10 +1054,12 @@ PyObject *dbp_exchange_import_bench(PyObject *self, PyObject *args) {
 
 static PyMethodDef import_functions[] = {
     {"from_dlpack", (PyCFunction)(void (*)(void))dbp_from_dlpack, METH_FASTCALL | METH_KEYWORDS,
-     "from_dlpack(x, /, *, device=None, copy=None) -> DeviceView of a DLPack producer's memory "
-     "(through its type's C exchange table when it has one, else x.__dlpack__). device: a "
-     "devbuf Device or spec, or a DLPack (type, id) pair; copy: None (only if needed), True, "
-     "False (BufferError if a copy is needed)."},
+     "from_dlpack(x, /, *, device=None, copy=None, legacy_writable=False) -> DeviceView of a "
+     "DLPack producer's memory (through its type's C exchange table when it has one, else "
+     "x.__dlpack__). device: a devbuf Device or spec, or a DLPack (type, id) pair; copy: None "
+     "(only if needed), True, False (BufferError if a copy is needed); legacy_writable: an "
+     "unversioned (pre-1.0) capsule cannot say it is read-only, so it is imported read-only "
+     "unless this is True (you know the producer allows writes)."},
     {"_exchange_import_bench", dbp_exchange_import_bench, METH_VARARGS,
      "_exchange_import_bench(obj, n) -> seconds per DLPack C-exchange-table import (benchmarks)."},
     {NULL},
@@ -1077,7 +1085,7 @@ int dbp_import_init(PyObject *module) {
   g_max_version = Py_BuildValue("(ii)", DEVBUF_DLPACK_MAJOR, DEVBUF_DLPACK_MINOR);
   if (g_max_version == NULL) return -1;
   if (PyType_Ready(&DbpForeign_Type) < 0) return -1;
-  if (DevbufPy_SetBufferSupportedFlags(&DbpForeign_Type, PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+  if (DevbufPy_SetBufferSupportedFlags(&DbpForeign_Type, DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE) < 0)
     return -1;
   if (PyModule_AddObjectRef(module, "ForeignArray", (PyObject *)&DbpForeign_Type) < 0) return -1;
   if (PyModule_AddFunctions(module, import_functions) < 0) return -1;

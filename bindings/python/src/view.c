@@ -525,7 +525,7 @@ static PyStructSequence_Desc sync_desc = {
 
 int dbp_view_init(PyObject *module) {
   if (PyType_Ready(&DbpView_Type) < 0) return -1;
-  if (DevbufPy_SetBufferSupportedFlags(&DbpView_Type, PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE) < 0)
+  if (DevbufPy_SetBufferSupportedFlags(&DbpView_Type, DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE) < 0)
     return -1;
   if (PyModule_AddObjectRef(module, "DeviceView", (PyObject *)&DbpView_Type) < 0) return -1;
   g_sync_type = PyStructSequence_NewType(&sync_desc);

@@ -322,6 +322,10 @@ DEVBUF_API int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags,
  * then as devbuf_dlpack_describe. */
 DEVBUF_API int devbuf_dlpack_describe_versioned(const DLManagedTensorVersioned *m,
                                                 devbuf_dlpack_desc *out, devbuf_error *err);
+/* A legacy (pre-1.0) tensor cannot say whether it may be written: it is
+ * described read-only (DEVBUF_DLPACK_READONLY), the safe reading NumPy makes
+ * too. A caller that knows its producer can call devbuf_dlpack_describe(&m->
+ * dl_tensor, 0, ...) instead. */
 DEVBUF_API int devbuf_dlpack_describe_legacy(const DLManagedTensor *m, devbuf_dlpack_desc *out,
                                              devbuf_error *err);
 /* When the allocation behind the tensor is known to span `alloc_size` bytes

@@ -1,0 +1,151 @@
+"""Spec guarantees from issue 15: each test here failed before its fix (or
+guards a statement of the seeds that no other test checked)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import devbuf
+from dlpack_ctypes import capsule_name
+
+KDLCPU, KDLCUDA, KDLOPENCL, KDLEXTDEV = 1, 2, 4, 12
+
+
+# ---- 0-d buffers keep ndim 0 through DLPack and the array interfaces ---------------
+
+@pytest.mark.parametrize("make", [devbuf.view, devbuf.from_host])
+def test_zero_d_exports_as_zero_d(make):
+    a = np.array(1.5)
+    b = make(a)
+    assert b.shape == ()
+    x = np.from_dlpack(b)
+    assert x.shape == () and x == 1.5
+    legacy = np.from_dlpack(_Legacy(b))
+    assert legacy.shape == ()
+    if isinstance(b, devbuf.DeviceBuffer):
+        assert b.__array_interface__["shape"] == ()
+
+
+class _Legacy:
+    """Asks its wrapped producer for an unversioned capsule only."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.inner.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+
+# ---- dl_device that cannot be served is a BufferError ------------------------------
+
+def test_dl_device_unreachable_is_buffer_error():
+    b = devbuf.from_host(np.arange(3.0))
+    for dev in [(KDLCUDA, 0), (KDLCUDA, 7), (KDLOPENCL, 99), (3, 0), (999, 0)]:
+        try:
+            cap = b.__dlpack__(max_version=(1, 0), dl_device=dev)
+        except BufferError:
+            continue
+        # A reachable device answered: it must be the device asked for.
+        v = devbuf.from_dlpack(_Capsuled(cap, dev))
+        assert v.__dlpack_device__() == dev
+
+
+def test_dl_device_cpu_ordinal_other_than_zero_refused():
+    b = devbuf.from_host(np.arange(3.0))
+    with pytest.raises(BufferError, match=r"\(1, 1\)|device_id 1"):
+        b.__dlpack__(max_version=(1, 0), dl_device=(KDLCPU, 1))
+    with pytest.raises(BufferError):
+        b.__dlpack__(max_version=(1, 0), dl_device=(KDLCPU, 1), copy=True)
+    b.__dlpack__(max_version=(1, 0), dl_device=(KDLCPU, 0))  # the right one works
+
+
+class _Capsuled:
+    def __init__(self, cap, dev):
+        self.cap, self.dev = cap, dev
+
+    def __dlpack__(self, **kw):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return self.dev
+
+
+# ---- legacy (unversioned) imports are read-only unless the caller vouches ----------
+
+def test_legacy_import_is_read_only_by_default():
+    from dlpack_ctypes import Producer
+    a = np.arange(4, dtype=np.int32)
+    v = devbuf.from_dlpack(Producer(a, legacy_only=True))
+    assert v.obj.kind == "dlpack_legacy"
+    assert v.readonly and v.obj.readonly
+    with pytest.raises(BufferError, match="read-only"):
+        _writable(v.obj)
+    # Re-exported read-only too: NumPy cannot write through it.
+    x = np.from_dlpack(v)
+    assert not x.flags.writeable
+    # The explicit opt-in, for a producer known to allow writes.
+    w = devbuf.from_dlpack(Producer(a, legacy_only=True), legacy_writable=True)
+    assert not w.readonly
+    y = np.from_dlpack(w)
+    y[0] = 7
+    assert a[0] == 7
+
+
+def _writable(obj):
+    # A writable request: refused for a read-only export.
+    ctypes.pythonapi.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int]
+    buf = (ctypes.c_byte * 256)()
+    PyBUF_WRITABLE = 1
+    rc = ctypes.pythonapi.PyObject_GetBuffer(obj, buf, PyBUF_WRITABLE)
+    if rc == 0:
+        ctypes.pythonapi.PyBuffer_Release.argtypes = [ctypes.c_void_p]
+        ctypes.pythonapi.PyBuffer_Release(buf)
+
+
+def test_versioned_import_without_read_only_flag_stays_writable():
+    from dlpack_ctypes import Producer
+    a = np.arange(4, dtype=np.int32)
+    v = devbuf.from_dlpack(Producer(a))
+    assert not v.readonly
+
+
+# ---- supported flags: advertise what you serve, and require all of them -------------
+
+PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND = 0x1, 0x4, 0x8
+PyBUF_STRIDES = 0x10 | PyBUF_ND
+PyBUF_INDIRECT = 0x100 | PyBUF_STRIDES
+PyBUF_FULL_RO = PyBUF_INDIRECT | PyBUF_FORMAT
+
+
+def _exporters():
+    from dlpack_ctypes import Producer
+    b = devbuf.from_host(np.arange(4, dtype=np.float32))
+    return [b, devbuf.view(b), devbuf.from_dlpack(Producer(np.arange(3.0))).obj]
+
+
+def test_exporters_advertise_what_they_serve():
+    for obj in _exporters():
+        t = type(obj)
+        assert t.__buffer_supported_flags__ == devbuf.PyBUF_CLASSIC_FLAGS | devbuf.PyBUF_DEVICE, t
+        # memoryview asks PyBUF_FULL_RO: the advertisement must agree with it.
+        mv = memoryview(obj)
+        assert mv.suboffsets == ()
+        assert devbuf.check_buffer_supports(obj, PyBUF_FULL_RO), t
+        assert devbuf.check_buffer_supports(obj, PyBUF_FULL_RO | devbuf.PyBUF_DEVICE), t
+    assert devbuf.check_buffer_supports(bytearray(), PyBUF_FULL_RO)
+
+
+def test_check_buffer_supports_requires_every_flag():
+    class Nd(bytearray):
+        __buffer_supported_flags__ = PyBUF_ND | PyBUF_FORMAT
+
+    x = Nd(b"ab")
+    assert devbuf.check_buffer_supports(x, PyBUF_ND)
+    assert devbuf.check_buffer_supports(x, PyBUF_ND | PyBUF_FORMAT)
+    # one flag supported and one not: the answer is no (all, not any)
+    assert not devbuf.check_buffer_supports(x, PyBUF_ND | PyBUF_WRITABLE)
+    assert not devbuf.check_buffer_supports(x, PyBUF_FORMAT | devbuf.PyBUF_DEVICE)
+    assert not devbuf.check_buffer_supports(x, PyBUF_STRIDES)  # 0x10 missing
