@@ -24,7 +24,7 @@ set_source_files_properties(${_pp_conformance} PROPERTIES
   COMPILE_DEFINITIONS "main=devbuf_conformance_main")
 
 Python3_add_library(devbuf_pyplugin MODULE WITH_SOABI ${_pp_sources} ${_pp_conformance})
-target_include_directories(devbuf_pyplugin PRIVATE ${_pp_dir}/src/pyplugin)
+target_include_directories(devbuf_pyplugin PRIVATE ${_pp_dir}/src/pyplugin ${_pp_dir}/src)
 target_compile_definitions(devbuf_pyplugin PRIVATE PP_FFI_VERSION="${DEVBUF_LIBFFI_VERSION}")
 target_link_libraries(devbuf_pyplugin PRIVATE devbuf PkgConfig::DEVBUF_LIBFFI Threads::Threads)
 set_target_properties(devbuf_pyplugin PROPERTIES

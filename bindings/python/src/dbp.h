@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "dbp_compat.h"
 #include "devbuf/runtime.h"
 #include "devbuf_buffer.h"
 #include "export_ledger.h"

@@ -853,7 +853,7 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
       int dropped;
       f = (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped, 0);
     } else {
-      if (_PyObject_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
+      if (dbp_compat_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
       if (d == NULL) continue;
       f = (PyObject *)import_interface(obj, d, step == 1);
       Py_DECREF(d);

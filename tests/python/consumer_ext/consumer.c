@@ -24,6 +24,22 @@
 
 #include "devbuf_buffer.h"
 
+/* CPython 3.9 has neither (3.10 added them); a third party carries its own. */
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o) {
+  Py_INCREF(o);
+  return o;
+}
+static int PyModule_AddObjectRef(PyObject *m, const char *name, PyObject *value) {
+  Py_INCREF(value);
+  if (PyModule_AddObject(m, name, value) < 0) {
+    Py_DECREF(value);
+    return -1;
+  }
+  return 0;
+}
+#endif
+
 /* The devbuf_device_info v1 layout, as docs/devices/ documents it. */
 typedef struct consumer_devbuf_info {
   uint32_t struct_size;

@@ -41,7 +41,7 @@ static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
    * thread, e.g. freeing a buffer during module teardown) may still run
    * Python; any other thread would block forever or be terminated inside
    * PyGILState_Ensure, with the caller's C locks held. */
-  int finalizing = _Py_IsFinalizing(); /* Py_IsInitialized() is already 0 then */
+  int finalizing = dbp_compat_IsFinalizing(); /* Py_IsInitialized() is already 0 then */
   if (finalizing ? PyThread_get_thread_ident() != pp_main_thread : !Py_IsInitialized()) {
     c->dead(c, ret, args);
   } else {

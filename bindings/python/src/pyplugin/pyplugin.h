@@ -25,6 +25,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "dbp_compat.h"
+
 #include <ffi.h>
 #include <stdatomic.h>
 #include <stdint.h>
