@@ -107,6 +107,11 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
                  what, fmt);
     return -1;
   }
+  /* A foreign producer's items may be smaller than its itemsize (ctypes
+   * exports a padded struct as 'T{<i:a:<c:b:}' with itemsize 8, and
+   * memoryview takes it): reading by the format then stays inside each
+   * item. Larger items never pass, and devbuf's own memory must agree. */
+  if (rc == 0 && !(flags & DBP_LAYOUT_OWN) && fsize > 0 && fsize < itemsize) rc = 1;
   if (rc == 0) {
     PyErr_Format(exc, "%s: itemsize %zd does not match format '%.200s', whose items are %zd bytes",
                  what, itemsize, fmt, fsize);
