@@ -233,6 +233,33 @@ def test_foreign_array_answers_as_memoryview(counts):
     assert done > 100
 
 
+def test_no_request_bits_describe_more_than_held(counts):
+    """Beyond test_buffer's requests: every subset of the request bits
+    (WRITABLE FORMAT ND STRIDES C F ANY INDIRECT), against each exporter,
+    answers as the reference does and stays inside the export."""
+    bits = (tb.PyBUF_WRITABLE, tb.PyBUF_FORMAT, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
+    every = sorted({sum(c) for n in range(len(bits) + 1)
+                    for c in itertools.combinations(bits, n)})
+    picked = [(n, ex) for n, ex in sources()
+              if ex.format in ("B", "d") and
+              (f"flags={tb.ND_WRITABLE}" in n or f"flags={tb.ND_FORTRAN}" in n)]
+    assert len(picked) > 30
+    for name, ex in picked:
+        ro = not memoryview(ex).readonly  # the copy's access is the opposite of the source's
+        exporters = [("DeviceView", devbuf.view(ex), memoryview(ex), span_of(ex))]
+        if not name.endswith("[::-2]"):
+            b = devbuf.from_host(ex, readonly=ro)
+            exporters.append(("DeviceBuffer", b, c_copy(ex, not ro), b.nbytes))
+            exporters.append(("ForeignArray", devbuf.from_dlpack(np.asarray(ex)).obj,
+                              memoryview(ex), span_of(ex)))
+        for key, obj, ref, holds in exporters:
+            for req in every:
+                got, want = outcome(obj, req), outcome(ref, req)
+                check_bounds(got, req, holds)
+                assert got == want, f"{key} of {name}: request {req:#x}: {got!r} vs {want!r}"
+                counts[key] += 1
+
+
 # ---- reverse: devbuf as the consumer ----------------------------------------------
 def view_fields(v):
     return {
