@@ -56,7 +56,7 @@ def test_simple_of_0d(name):
     assert nd.nbytes == 8 and nd.tobytes() == np.array(3.5).tobytes()
 
 
-@pytest.mark.parametrize("shape", [(7, 0, 7), (0,), (0, 3), (3, 0), (1, 0, 1)])
+@pytest.mark.parametrize("shape", [(7, 0, 7), (7, 0, 3), (0,), (0, 3), (3, 0), (1, 0, 1)])
 def test_empty_is_c_and_fortran_contiguous(shape):
     b = devbuf.empty(shape, "h")
     ref = tb.ndarray([1], shape=list(shape), format="h", flags=tb.ND_WRITABLE)
