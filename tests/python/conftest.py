@@ -58,3 +58,14 @@ def sim():
         return devbuf.device("devbuf.sim:0")
     except devbuf.Error as e:  # plugin missing or configured without devices
         pytest.skip(f"devbuf.sim is not available: {e}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # test_buffer_differential.py counts its comparisons here, so that every
+    # run's log says how much of CPython's buffer rules it held devbuf to.
+    cases = getattr(config, "devbuf_differential_cases", None)
+    if cases:
+        detail = ", ".join(f"{k} {v}" for k, v in cases.items())
+        terminalreporter.write_line(
+            f"buffer differential stage: {sum(cases.values())} cases vs memoryview/_testbuffer "
+            f"({detail})")

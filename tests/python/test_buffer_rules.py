@@ -37,6 +37,18 @@ def test_simple_with_format_is_refused(name, extra):
     assert len(nd.tobytes()) == nd.nbytes == 8 << 22
 
 
+def test_simple_with_format_is_refused_on_device_exports(sim):
+    # The same rule behind PyBUF_DEVICE, on memory the host cannot read.
+    consumer = pytest.importorskip("devbuf_consumer", reason="test extension not built")
+    b = devbuf.from_host(np.zeros(1 << 10), device=sim)
+    for obj in (b, devbuf.view(b), devbuf.from_dlpack(b).obj):
+        for extra in (0, tb.PyBUF_WRITABLE):
+            with pytest.raises(BufferError, match="PyBUF_FORMAT"):
+                consumer.inspect(obj, tb.PyBUF_FORMAT | extra | devbuf.PyBUF_DEVICE)
+        r = consumer.inspect(obj, devbuf.PyBUF_DEVICE)
+        assert r["is_device"] and r["len"] == 8 << 10 and r["format"] is None
+
+
 @pytest.mark.parametrize("name", ["DeviceBuffer", "DeviceView", "ForeignArray"])
 def test_simple_of_0d(name):
     obj = exporters(np.array(3.5))[name]
@@ -44,7 +56,7 @@ def test_simple_of_0d(name):
     assert nd.nbytes == 8 and nd.tobytes() == np.array(3.5).tobytes()
 
 
-@pytest.mark.parametrize("shape", [(7, 0, 7), (0,), (0, 3), (3, 0), (1, 0, 1)])
+@pytest.mark.parametrize("shape", [(7, 0, 7), (7, 0, 3), (0,), (0, 3), (3, 0), (1, 0, 1)])
 def test_empty_is_c_and_fortran_contiguous(shape):
     b = devbuf.empty(shape, "h")
     ref = tb.ndarray([1], shape=list(shape), format="h", flags=tb.ND_WRITABLE)

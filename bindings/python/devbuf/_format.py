@@ -107,7 +107,8 @@ def parse_format(fmt: str, mode: str = "default", *, allow_unknown: bool = False
     """Parse a buffer-protocol format string, custom dtypes included.
 
     ``mode`` is "default" (PEP 3118 + ``[id$payload]``), "struct" (exactly
-    CPython's struct module) or "numpy" (NumPy's PEP 3118 reader). Raises
+    CPython's struct module, with the complex codes of 3.14 and 3.15: F, D,
+    Zf, Zd) or "numpy" (NumPy's PEP 3118 reader). Raises
     :class:`devbuf.FormatError` (a ValueError) with ``.offset``, the byte the
     problem was found at, and a caret under it in the message.
     """

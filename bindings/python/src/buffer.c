@@ -556,9 +556,11 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
    * as a flat array of `len / itemsize` items of `format`, so a format
    * other than bytes would describe itemsize times too much memory. */
   if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
-    PyErr_SetString(PyExc_BufferError,
-                    "devbuf.DeviceBuffer: cannot export as unsigned bytes (no PyBUF_ND) "
-                    "when PyBUF_FORMAT is requested");
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.DeviceBuffer: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview "
+                 "refuses it: a flat export is bytes and cannot carry the item format '%.100s'; "
+                 "request PyBUF_ND too, or drop PyBUF_FORMAT",
+                 self->format);
     return -1;
   }
   /* Always C-contiguous, so every contiguity request is met except

@@ -193,9 +193,11 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
   /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
    * a real format with ndim 1 and no shape would describe len items. */
   if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
-    PyErr_SetString(PyExc_BufferError,
-                    "devbuf.ForeignArray: cannot export as unsigned bytes (no PyBUF_ND) "
-                    "when PyBUF_FORMAT is requested");
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.ForeignArray: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview "
+                 "refuses it: a flat export is bytes and cannot carry the item format '%.100s'; "
+                 "request PyBUF_ND too, or drop PyBUF_FORMAT",
+                 d->format);
     return -1;
   }
   int device_export = !f->is_host && (flags & PyBUF_DEVICE);
