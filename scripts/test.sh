@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: the plain build (ctest + pytest), then the sanitizer build
 # (AddressSanitizer + UndefinedBehaviorSanitizer, ctest), the ThreadSanitizer
-# build (ctest -L tsan) and the fuzzers (bounded). Set-up included.
+# build (ctest -L tsan), the fuzzers (bounded) and the Python fuzz stage (hypothesis
+# against the ASan+UBSan extension, bounded). Set-up included.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -47,6 +48,21 @@ scripts/setup.sh build-fuzz -DCMAKE_C_COMPILER=clang -DDEVBUF_FUZZ=ON -DDEVBUF_W
 
 step "fuzz (every target, bounded)"
 ctest --test-dir build-fuzz --output-on-failure -j"$JOBS" -R '^fuzz_' -E '_replay$' || status=1
+
+# ---- Python fuzz (issue 20): the extension built with ASan + UBSan, loaded
+# into the plain interpreter with the sanitizer runtimes preloaded; the
+# hardening regressions, then each hypothesis target (tests/python/pyfuzz.py)
+# for DEVBUF_PYFUZZ_SECONDS (default 20). Leaks are the interpreter's: off.
+step "build (Python extension, address,undefined sanitizers)"
+scripts/setup.sh build-asan-py -DDEVBUF_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug || exit 1
+
+step "python fuzz (hypothesis, ASan+UBSan extension, bounded)"
+pysan=(env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+       ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+       DEVBUF_BUILD_DIR="$ROOT/build-asan-py" PYTHONPATH="$ROOT/build-asan-py/python")
+"${pysan[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hardening_i20.py \
+  tests/python/test_pyfuzz.py || status=1
+"${pysan[@]}" .venv/bin/python tests/python/pyfuzz.py --seconds "${DEVBUF_PYFUZZ_SECONDS:-20}" || status=1
 # ---- end of hardening stages ----
 
 step "summary"

@@ -36,16 +36,20 @@ static int am_grow(devbuf_allocmap *m) {
   return DEVBUF_OK;
 }
 
+/* DEVBUF_EEXIST when p is already live: a plugin handed it out twice. */
 static int am_insert(devbuf_allocmap *m, void *p, size_t size) {
   if ((m->count + m->tombstones + 1) * 4 >= m->capacity * 3) {
     if (am_grow(m) != DEVBUF_OK) return DEVBUF_ENOMEM;
   }
   uintptr_t k = (uintptr_t)p + 2;
-  size_t j = am_hash(k, m->capacity);
-  while (m->keys[j] != AM_EMPTY && m->keys[j] != AM_TOMB) {
-    if (m->keys[j] == k) { m->sizes[j] = size; return DEVBUF_OK; }
+  size_t j = am_hash(k, m->capacity), slot = (size_t)-1;
+  /* Look past tombstones for a live entry before reusing one. */
+  while (m->keys[j] != AM_EMPTY) {
+    if (m->keys[j] == k) return DEVBUF_EEXIST;
+    if (m->keys[j] == AM_TOMB && slot == (size_t)-1) slot = j;
     j = (j + 1) & (m->capacity - 1);
   }
+  if (slot != (size_t)-1) j = slot;
   if (m->keys[j] == AM_TOMB) m->tombstones--;
   m->keys[j] = k;
   m->sizes[j] = size;
@@ -119,6 +123,20 @@ int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props
   props->dlpack_device_type = -1;
   CALL(dev, "device_props", device_props, props);
   props->struct_size = sizeof *props;
+  /* Checked, not trusted (issue 20): callers size and align by these. */
+  devbuf_backend *pb = dev->backend;
+  if (props->alloc_alignment & (props->alloc_alignment - 1))
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "%s:%d: device_props: plugin '%s' reports alloc_alignment %u, not a "
+                            "power of two",
+                            dev->identifier, dev->ordinal, pb->name, props->alloc_alignment);
+  if (props->total_memory != 0 && props->free_memory > props->total_memory)
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "%s:%d: device_props: plugin '%s' reports free memory %llu above its "
+                            "total %llu",
+                            dev->identifier, dev->ordinal, pb->name,
+                            (unsigned long long)props->free_memory,
+                            (unsigned long long)props->total_memory);
   /* A plugin that fills a name to the brim must not hand callers an
    * unterminated string (found by fuzz_plugin_table). */
   props->name[sizeof props->name - 1] = '\0';
@@ -140,6 +158,16 @@ int devbuf_mem_alloc(const devbuf_device *dev, size_t size, size_t alignment, vo
   pthread_mutex_lock(&b->lock);
   int rc = am_insert(&b->allocs, *ptr, size);
   pthread_mutex_unlock(&b->lock);
+  if (rc == DEVBUF_EEXIST) {
+    /* The same memory twice: two buffers would alias. Not freed, since it
+     * is the earlier allocation's (issue 20). */
+    void *dup = *ptr;
+    *ptr = NULL;
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "%s:%d: mem_alloc: plugin '%s' returned %p, which is already a live "
+                            "allocation (handed out twice)",
+                            dev->identifier, dev->ordinal, b->name, dup);
+  }
   if (rc != DEVBUF_OK) {
     b->table.mem_free(b->plugin_state, dev->ordinal, *ptr, stream, NULL);
     *ptr = NULL;
@@ -360,6 +388,13 @@ int devbuf_device_info_export(const devbuf_device *dev, void *event, void *strea
     rc = b->table.device_info_export(b->plugin_state, dev->identifier, dev->ordinal, event,
                                      stream, flags, out, capacity, &written, err);
     if (rc) return plugin_failed(dev, "device_info_export", rc, err);
+    /* More than the buffer holds means it wrote past it, or lies: either
+     * way the consumer would read past the end (issue 20). */
+    if (written == 0 || written > capacity)
+      return devbuf_error_set(err, DEVBUF_EABI,
+                              "%s:%d: device_info_export: plugin '%s' reports %zu bytes written "
+                              "into a %zu-byte buffer",
+                              dev->identifier, dev->ordinal, b->name, written, capacity);
     if (size) *size = written;
     return DEVBUF_OK;
   }

@@ -65,6 +65,9 @@ extern devbuf_runtime devbuf__rt;
 char *devbuf__strdup(const char *s);
 char *devbuf__printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int devbuf__printable(const char *s, size_t max);
+/* loader.c: every DEVBUF_* variable is read through this (secure_getenv:
+ * NULL in secure-execution mode). */
+const char *devbuf__getenv(const char *name);
 
 /* loader.c */
 void devbuf__discover(void);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 
 #include "internal.h"
@@ -331,6 +332,17 @@ int devbuf__load_file(const char *path, const char *source, size_t *index, devbu
   char real[PATH_MAX];
   if (path == NULL || path[0] == '\0')
     return devbuf_error_set(err, DEVBUF_EINVAL, "plugin path is NULL or empty");
+  if (strchr(path, '/') == NULL) {
+    /* dlopen would search LD_LIBRARY_PATH, the cache and the system
+     * directories for a bare name, and load something other than what a
+     * listing says is missing (issue 20). */
+    devbuf_backend *b = new_record(path, source);
+    if (b == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+    return fail_record(b, DEVBUF_ELOAD, index, err,
+                       "'%s' is a bare file name: devbuf loads plugins by path only (give "
+                       "./%s or an absolute path), never through the dynamic linker's search",
+                       path, path);
+  }
   const char *p = realpath(path, real) ? real : path;
   pthread_mutex_lock(&g_load_lock);
   int rc = load_file_locked(p, source, index, err);
@@ -398,34 +410,67 @@ static void load_dir(const devbuf_search_entry *e) {
   free(list);
 }
 
+/* Secure-execution mode (setuid/setgid, file capabilities: AT_SECURE), in
+ * which glibc drops LD_PRELOAD and LD_LIBRARY_PATH. devbuf is as careful:
+ * the plugin-path variables are ignored there, since they name code that
+ * would run with the program's privileges, not the user's. */
+int devbuf_secure_execution(void) { return getauxval(AT_SECURE) != 0; }
+
+const char *devbuf__getenv(const char *name) { return secure_getenv(name); }
+
+/* Refuse a relative entry: it would resolve against whatever the current
+ * directory is when discovery runs. Recorded, so devbuf-info says why. */
+static void refuse_relative(const char *entry, const char *source) {
+  devbuf_backend *b = new_record(entry, source);
+  if (b == NULL) return;
+  fail_record(b, DEVBUF_EINVAL, NULL, NULL,
+              "%s entry '%s' is a relative path: refused (it would resolve against the current "
+              "directory at start-up); give an absolute path",
+              source, entry);
+}
+
 static void split_env(const char *var, const char *source, int is_file) {
-  const char *v = getenv(var);
+  const char *v = devbuf__getenv(var);
   if (v == NULL) return;
   char *copy = devbuf__strdup(v);
   if (copy == NULL) return;
   char *save = NULL;
-  for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save))
-    add_search(tok, source, is_file);
+  for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+    if (tok[0] != '/') refuse_relative(tok, source);
+    else add_search(tok, source, is_file);
+  }
   free(copy);
 }
 
-/* Directory of libdevbuf itself, via dladdr on one of our own functions. */
-static int library_dir(char *out, size_t cap) {
+/* Directory of libdevbuf itself, via dladdr on one of our own functions,
+ * resolved ONCE when the library is loaded (a constructor): dladdr gives
+ * the name it was loaded by, which may be relative, and the process may
+ * change directory before devbuf_init. */
+static char g_libdir[PATH_MAX];
+static int g_libdir_ok;
+
+__attribute__((constructor)) static void devbuf__resolve_library_dir(void) {
   Dl_info info;
-  if (dladdr((void *)&devbuf_init, &info) == 0 || info.dli_fname == NULL) return 0;
+  if (dladdr((void *)&devbuf_init, &info) == 0 || info.dli_fname == NULL) return;
   char real[PATH_MAX];
-  if (realpath(info.dli_fname, real) == NULL) return 0;
+  if (realpath(info.dli_fname, real) == NULL) return;
   char *slash = strrchr(real, '/');
-  if (slash == NULL) return 0;
+  if (slash == NULL || real[0] != '/') return;
   *slash = '\0';
-  snprintf(out, cap, "%s", real);
+  snprintf(g_libdir, sizeof g_libdir, "%s", real);
+  g_libdir_ok = 1;
+}
+
+static int library_dir(char *out, size_t cap) {
+  if (!g_libdir_ok) return 0;
+  snprintf(out, cap, "%s", g_libdir);
   return 1;
 }
 
 void devbuf__discover(void) {
   split_env("DEVBUF_PLUGINS", "DEVBUF_PLUGINS", 1);
   split_env("DEVBUF_PLUGIN_PATH", "DEVBUF_PLUGIN_PATH", 0);
-  const char *nodef = getenv("DEVBUF_NO_DEFAULT_PLUGINS");
+  const char *nodef = devbuf__getenv("DEVBUF_NO_DEFAULT_PLUGINS");
   if (!(nodef && nodef[0] && strcmp(nodef, "0") != 0)) {
     char libdir[PATH_MAX];
     if (library_dir(libdir, sizeof libdir)) {

@@ -127,6 +127,14 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
       rc = DEVBUF_ENODEV;
       if (!e.message[0]) snprintf(e.message, sizeof e.message, "the plugin reports 0 devices");
     }
+    /* Checked, not trusted (issue 20): INT_MAX devices made callers loop
+     * 2^31 times. */
+    if (rc == DEVBUF_OK && n > DEVBUF_MAX_DEVICES_PER_PLUGIN) {
+      rc = DEVBUF_EABI;
+      snprintf(e.message, sizeof e.message,
+               "plugin '%s' reports %d devices, more than devbuf's limit of %d (a broken answer)",
+               b->name ? b->name : "?", n, DEVBUF_MAX_DEVICES_PER_PLUGIN);
+    }
     if (rc != DEVBUF_OK && !e.message[0])
       snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
                devbuf_status_name(rc));

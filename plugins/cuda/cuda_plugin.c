@@ -180,7 +180,7 @@ static void cuda_no_device(cuda_state *st, int code, const char *fmt, ...) {
 }
 
 static void cuda_load(cuda_state *st) {
-  const char *libname = getenv("DEVBUF_CUDA_LIBRARY");
+  const char *libname = secure_getenv("DEVBUF_CUDA_LIBRARY");
   const char *missing = NULL;
   CUresult r;
   if (libname == NULL || libname[0] == '\0') libname = CUDA_DEFAULT_LIBRARY;
@@ -276,7 +276,7 @@ static int cuda_ensure(cuda_state *st, devbuf_error *err) {
  * be made is not an error: allocation falls back to cuMemAlloc. */
 static void cuda_make_pool(cuda_state *st, cuda_device *d) {
   int supported = 0;
-  const char *off = getenv("DEVBUF_CUDA_NO_POOL");
+  const char *off = secure_getenv("DEVBUF_CUDA_NO_POOL");
   CUmemPoolProps props;
   cuuint64_t threshold = UINT64_MAX;
   d->pool = NULL;

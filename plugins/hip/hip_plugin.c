@@ -174,7 +174,7 @@ static void hip_no_device(hip_state *st, int code, const char *fmt, ...) {
 }
 
 static void hip_open(hip_state *st, const char **used) {
-  const char *env = getenv("DEVBUF_HIP_LIBRARY");
+  const char *env = secure_getenv("DEVBUF_HIP_LIBRARY");
   char first[DEVBUF_ERROR_MESSAGE_SIZE] = "";
   if (env != NULL && env[0] != '\0') {
     const char *why;
@@ -296,7 +296,7 @@ static int hip_ensure(hip_state *st, devbuf_error *err) {
 /* Called with the device current. No pool is not an error: hipMalloc. */
 static void hip_make_pool(hip_state *st, int ordinal, hip_device *d) {
   int supported = 0;
-  const char *off = getenv("DEVBUF_HIP_NO_POOL");
+  const char *off = secure_getenv("DEVBUF_HIP_NO_POOL");
   hipMemPoolProps props;
   uint64_t threshold = UINT64_MAX;
   d->pool = NULL;

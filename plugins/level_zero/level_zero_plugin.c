@@ -334,7 +334,7 @@ static uint32_t lz_compute_group(lz_state *st, ze_device_handle_t dev) {
 }
 
 static void lz_load(lz_state *st) {
-  const char *libname = getenv("DEVBUF_LEVEL_ZERO_LIBRARY");
+  const char *libname = secure_getenv("DEVBUF_LEVEL_ZERO_LIBRARY");
   const char *missing = NULL;
   ze_driver_handle_t *drivers = NULL;
   uint32_t ndrivers = 0, total = 0;

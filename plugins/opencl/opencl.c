@@ -232,7 +232,7 @@ static void set_discover_failure(ocl_state *st, const char *fmt, ...) {
  * under st->mu; its outcome is final (a later call repeats the reason). */
 static void discover_locked(ocl_state *st) {
   st->discovered = 1;
-  const char *libname = getenv(OCL_LIBRARY_ENV);
+  const char *libname = secure_getenv(OCL_LIBRARY_ENV);
   if (libname == NULL || libname[0] == '\0') libname = OCL_DEFAULT_LIBRARY;
 
   dlerror();

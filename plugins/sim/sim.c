@@ -193,7 +193,7 @@ static const char *kind_name(int kind) {
 /* Parse env var `name` as an integer in [lo, hi]; unset or empty gives
  * `dflt`. Returns 0, or -1 after writing the reason into st->config_error. */
 static int env_long(sim_state *st, const char *name, long lo, long hi, long dflt, long *out) {
-  const char *v = getenv(name);
+  const char *v = secure_getenv(name); /* DEVBUF_* variables: never in secure-execution mode */
   *out = dflt;
   if (v == NULL || *v == '\0') return 0;
   char *end = NULL;

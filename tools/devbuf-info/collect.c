@@ -402,8 +402,9 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
                                       "DEVBUF_NO_DEFAULT_PLUGINS"};
   for (int i = 0; i < 3; i++) {
     m->env[i].name = vars[i];
-    m->env[i].value = getenv(vars[i]);
+    m->env[i].value = secure_getenv(vars[i]); /* what the runtime sees */
   }
+  m->secure = devbuf_secure_execution();
   /* The runtime's own rule: set, non-empty and not "0" turns defaults off. */
   const char *nd = m->env[2].value;
   m->default_plugins = !(nd && nd[0] && strcmp(nd, "0") != 0);

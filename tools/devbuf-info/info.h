@@ -84,6 +84,7 @@ typedef struct info_model {
   int abi_major, abi_minor;        /* the runtime's */
   int abi_header_major, abi_header_minor; /* what this tool was compiled with */
   info_env env[3];
+  int secure;                      /* secure-execution mode: DEVBUF_* variables ignored */
   int default_plugins;             /* 0 when DEVBUF_NO_DEFAULT_PLUGINS turned step 3 off */
   size_t nsearch;
   const devbuf_search_entry **search;

@@ -197,7 +197,8 @@ void info_print_json(FILE *out, const info_model *m, const info_options *o, int 
   }
   fputs("]},\n  \"environment\": {", out);
   for (int i = 0; i < 3; i++) kv_str(out, m->env[i].name, m->env[i].value, i < 2);
-  fprintf(out, "},\n  \"default_directory_searched\": %s,\n", bool_str(m->default_plugins));
+  fprintf(out, "},\n  \"secure_execution\": %s,\n", bool_str(m->secure));
+  fprintf(out, "  \"default_directory_searched\": %s,\n", bool_str(m->default_plugins));
 
   fputs("  \"search_path\": [", out);
   for (size_t i = 0; i < m->nsearch; i++) {

@@ -218,6 +218,9 @@ static void print_header(FILE *out, const info_model *m, const info_options *o) 
 
 static void print_search(FILE *out, const info_model *m, const info_options *o) {
   section(out, "Plugin search path");
+  if (m->secure)
+    fprintf(out, "  secure-execution mode (setuid/setgid or capabilities): DEVBUF_PLUGINS, "
+                 "DEVBUF_PLUGIN_PATH and every other DEVBUF_* variable are ignored\n");
   for (int i = 0; i < 3; i++) {
     const info_env *e = &m->env[i];
     int used = fprintf(out, "  %-26s ", e->name);

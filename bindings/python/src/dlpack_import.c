@@ -636,7 +636,15 @@ static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
   char *end = NULL;
   long size = (s[0] && s[1]) ? strtol(s + 2, &end, 10) : 0;
   /* The whole string: "<f4junk" or "<f 4" is not "<f4" (issue 20). */
-  if (end == NULL || end == s + 2 || *end != '\0' || s[2] < '0' || s[2] > '9') size = -1;
+  /* Only for the kinds devbuf maps: '<M8[ns]' keeps its "no devbuf format". */
+  if (kind != '\0' && strchr("iufcb", kind) != NULL &&
+      (end == NULL || end == s + 2 || *end != '\0' || s[2] < '0' || s[2] > '9')) {
+    PyErr_Format(PyExc_BufferError,
+                 "typestr '%s' is malformed: expected a byte order, a kind and a size in "
+                 "digits, nothing else (e.g. '<f4')",
+                 s);
+    return -1;
+  }
   const char *code = NULL;
   if (order == '<' || order == '>' || order == '|' || order == '=') {
     switch (kind) {

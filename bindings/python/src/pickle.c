@@ -613,7 +613,7 @@ static int install_reduce(PyTypeObject *type) {
 }
 
 int dbp_pickle_init(PyObject *module) {
-  const char *mb = getenv("DEVBUF_PICKLE_STAGING_CACHE_MB");
+  const char *mb = secure_getenv("DEVBUF_PICKLE_STAGING_CACHE_MB");
   if (mb != NULL && mb[0] != '\0') {
     char *end = NULL;
     unsigned long long v = strtoull(mb, &end, 10);

@@ -89,6 +89,9 @@ extern "C" {
 /* What a device is. Caller-owned; the host sets struct_size before the call
  * and zeroes the rest; the plugin fills what it knows and never writes past
  * struct_size. */
+/* The most devices one plugin may report. */
+#define DEVBUF_MAX_DEVICES_PER_PLUGIN 4096
+
 typedef struct devbuf_device_props {
   uint32_t struct_size;
   uint32_t flags;               /* DEVBUF_DEVICE_* */
@@ -231,7 +234,10 @@ struct devbuf_plugin_table {
 
   /* ---- devices (mandatory) -------------------------------------------- */
   /* Number of devices. The first call may initialise the driver. With no
-   * device, return DEVBUF_ENODEV and say why in err. */
+   * device, return DEVBUF_ENODEV and say why in err. More than
+   * DEVBUF_MAX_DEVICES_PER_PLUGIN is refused (DEVBUF_EABI): the core checks
+   * a plugin's answers (counts, device_props, device_info_export sizes,
+   * mem_alloc pointers) rather than trusting them. */
   int (*device_count)(void *state, int *count, devbuf_error *err);
   int (*device_props)(void *state, int device, devbuf_device_props *props, devbuf_error *err);
 

@@ -60,6 +60,11 @@ typedef struct devbuf_search_entry {
   int exists;          /* 1 if it existed when searched */
   int is_file;         /* 1 for an explicit file, 0 for a directory */
 } devbuf_search_entry;
+/* 1 in secure-execution mode (setuid/setgid or file capabilities,
+ * AT_SECURE): every DEVBUF_* variable reads as unset there, so
+ * DEVBUF_PLUGINS and DEVBUF_PLUGIN_PATH are ignored. Relative entries in
+ * those variables and bare file names are refused in every mode. */
+DEVBUF_API int devbuf_secure_execution(void);
 DEVBUF_API size_t devbuf_search_path_count(void);
 DEVBUF_API const devbuf_search_entry *devbuf_search_path_get(size_t index);
 
