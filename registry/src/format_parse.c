@@ -477,6 +477,15 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
                   show(p, q, b));
     }
     if (q == ids) return fail(p, q, DEVBUF_EFORMAT, "empty dtype id before '$'");
+    if (p->flags & DEVBUF_FORMAT_LINT_IDS) {
+      for (size_t j = ids; j < q; j++)
+        if (!devbuf__id_char_strict((unsigned char)s[j]))
+          return fail(p, j, DEVBUF_EFORMAT,
+                      "lint: %s in the dtype id '%.*s' (allowed by the draft, but no "
+                      "package name has one)",
+                      s[j] == ' ' ? "a space" : "'['", (int)(q - ids > 64 ? 64 : q - ids),
+                      s + ids);
+    }
     if (q - ids > DEVBUF_DTYPE_ID_MAX)
       return fail(p, ids, DEVBUF_EFORMAT, "dtype id longer than %d bytes", DEVBUF_DTYPE_ID_MAX);
     q++;

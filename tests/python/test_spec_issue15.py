@@ -149,3 +149,55 @@ def test_check_buffer_supports_requires_every_flag():
     assert not devbuf.check_buffer_supports(x, PyBUF_ND | PyBUF_WRITABLE)
     assert not devbuf.check_buffer_supports(x, PyBUF_FORMAT | devbuf.PyBUF_DEVICE)
     assert not devbuf.check_buffer_supports(x, PyBUF_STRIDES)  # 0x10 missing
+
+
+# ---- custom dtype ids: the draft's character set, a stricter rule only as lint ---------
+
+@pytest.mark.parametrize("fmt", ["[my pkg$x]", "[a[b$x]", "[ $x]", "[x[$x]"])
+def test_id_with_space_or_bracket_is_skippable_in_allow_unknown(fmt):
+    f = devbuf.parse_format(fmt + "i", allow_unknown=True)
+    assert f.has_unknown
+    assert f.fields[0].custom.chosen == -1
+    assert f.fields[0].custom.alternatives[0]["id"] == fmt[1:fmt.index("$")]
+    assert f.fields[-1].code == "i"  # parsing went on after the unknown item
+
+
+def test_later_alternative_with_space_in_id_after_an_understood_one():
+    f = devbuf.parse_format("[devbuf$bfloat16;other pkg$x]")
+    assert f.fields[0].custom.chosen == 0 and f.itemsize == 2
+    f = devbuf.parse_format("[a[b$x;devbuf$bfloat16]")  # unknown first, then understood
+    assert f.fields[0].custom.chosen == 1
+
+
+def test_lint_names_the_offending_character():
+    with pytest.raises(devbuf.FormatError, match="a space") as e:
+        devbuf.parse_format("[my pkg$x]", allow_unknown=True, lint=True)
+    assert e.value.offset == 3
+    with pytest.raises(devbuf.FormatError, match=r"'\['") as e:
+        devbuf.parse_format("[devbuf$bfloat16;a[b$x]", lint=True)
+    assert e.value.offset == 18
+    devbuf.parse_format("[devbuf$bfloat16]", lint=True)  # a clean id passes lint
+
+
+@pytest.mark.parametrize("bad", ["[a]b$x]", "[a;b$x]", "[a\tb$x]", "[a\x7fb$x]"])
+def test_ids_still_refuse_what_the_draft_refuses(bad):
+    with pytest.raises(devbuf.FormatError):
+        devbuf.parse_format(bad, allow_unknown=True)
+
+
+def test_allow_unknown_keeps_parsing_after_an_unknown_item():
+    f = devbuf.parse_format("T{i:a:[nopkg$x]:b:d:c:}", allow_unknown=True)
+    names = [x.name for x in f.fields[0].children]
+    assert names == ["a", "b", "c"]
+    assert f.fields[0].children[2].code == "d"
+
+
+# ---- calcsize takes bytes, as struct.calcsize does ------------------------------------
+
+def test_calcsize_accepts_bytes():
+    import struct
+    for fmt in [b"<ih", b"@ib", b"=q", b"3s2x"]:
+        assert devbuf.calcsize(fmt, "struct") == struct.calcsize(fmt)
+        assert devbuf.calcsize(fmt) == devbuf.calcsize(fmt.decode())
+    with pytest.raises(TypeError, match="str or bytes"):
+        devbuf.calcsize(bytearray(b"i"), "struct")

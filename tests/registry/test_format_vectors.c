@@ -19,6 +19,7 @@
 #define N DEVBUF_FORMAT_NUMPY
 #define A DEVBUF_FORMAT_ALLOW_UNKNOWN
 #define NC DEVBUF_FORMAT_NO_CUSTOM
+#define L DEVBUF_FORMAT_LINT_IDS
 #define EF DEVBUF_EFORMAT
 #define NF DEVBUF_ENOTFOUND
 
@@ -252,11 +253,21 @@ static const vec VECS[] = {
     ER("[a$b", D, EF, 0, "format: byte 0: unterminated custom dtype: missing ']'"),
     ER("[a$b;]", D, EF, 5, "format: byte 5: empty alternative: expected id$payload"),
     ER("[a$b;;c$d]", D, EF, 5, "format: byte 5: empty alternative: expected id$payload"),
-    ER("[a b$c]", D, EF, 2, "format: byte 2: ' ' cannot appear in a dtype id (expected '$')"),
+    /* The draft allows a space and '[' in an id: an unknown id, not a syntax
+     * error; DEVBUF_FORMAT_LINT_IDS refuses them, naming the character. */
+    ER("[a b$c]", D, NF, 0, "~'a b' is not a known dtype id"),
+    OK("[a b$c]i", A, 0, 0, NULL, NULL),
+    ER("[a b$c]", L, EF, 2,
+       "format: byte 2: lint: a space in the dtype id 'a b' (allowed by the draft, but no "
+       "package name has one)"),
+    ER("[a\tb$c]", D, EF, 2, "format: byte 2: 0x09 cannot appear in a dtype id (expected '$')"),
     ER("[a$b$c]", D, EF, 4, "format: byte 4: '$' cannot appear in a payload (it ends the id)"),
     ER("[a$b\x01]", D, EF, 4, "format: byte 4: byte 0x01 in a payload is not printable ASCII"),
     ER("[a$b\x80]", D, EF, 4, "format: byte 4: byte 0x80 in a payload is not printable ASCII"),
-    ER("[a[b$c]", D, EF, 2, "format: byte 2: '[' cannot appear in a dtype id (expected '$')"),
+    ER("[a[b$c]", D, NF, 0, "~'a[b' is not a known dtype id"),
+    ER("[devbuf$bfloat16;a[b$c]", L, EF, 18,
+       "format: byte 18: lint: '[' in the dtype id 'a[b' (allowed by the draft, but no package "
+       "name has one)"),
     ER("[aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa$x]", D, EF, 1,
        "format: byte 1: dtype id longer than 63 bytes"),
     /* payload characters: spaces and '[' are kept verbatim (testns: itemsize = length) */
