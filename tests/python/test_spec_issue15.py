@@ -201,3 +201,59 @@ def test_calcsize_accepts_bytes():
         assert devbuf.calcsize(fmt) == devbuf.calcsize(fmt.decode())
     with pytest.raises(TypeError, match="str or bytes"):
         devbuf.calcsize(bytearray(b"i"), "struct")
+
+
+# ---- NumPy mode: what np.asarray accepts, and np.dtype's unsized-base rule -----------
+
+def _np_import_reader():
+    try:
+        from numpy._core._internal import _dtype_from_pep3118
+    except ImportError:  # NumPy 1.x
+        from numpy.core._internal import _dtype_from_pep3118
+    return _dtype_from_pep3118
+
+
+def _np_strip(fmt):
+    # What NumPy's buffer import does before its PEP 3118 reader runs.
+    out, in_name = [], False
+    for c in fmt:
+        if c == ":":
+            in_name = not in_name
+        elif not in_name and c in " \t\n\r\v\f":
+            continue
+        out.append(c)
+    return "".join(out)
+
+
+NUMPY_CASES = ["(0)0c", "(0)i", "(2)0i", "0i", "(0,2)i", "T{(0)i:a:}", "(3)0x", "0x", "(0)3x",
+               "(0)0s", "(2)0s", "0s", "(0)s", "(0)T{i:a:}", "(2)0T{i:a:}", "(2)T{}",
+               "(2)T{(0)i:a:}", "(2)0x", "(2)3x", "(2)0c", "(2)c", "(2)0?", "0c", "(0)0T{}",
+               "i i", "3 i", "T{i :a: d:b:}", " < i", "Z f", "( 2 , 3 ) i", "T{i:a b:}",
+               "T {i:a:}", "1 2i", "i\ti\n", "T{i:a:} :x:"]
+
+
+@pytest.mark.parametrize("fmt", NUMPY_CASES)
+def test_numpy_mode_matches_numpys_buffer_import(fmt):
+    reader = _np_import_reader()
+    try:
+        want = reader(_np_strip(fmt)).itemsize
+    except (ValueError, TypeError):
+        want = None
+    try:
+        got = devbuf.calcsize(fmt, "numpy")
+    except devbuf.FormatError:
+        got = None
+    assert got == want, fmt
+
+
+def test_numpy_asarray_reads_a_format_with_spaces():
+    b = devbuf.empty(2, format="i i", device="cpu")
+    assert np.asarray(b).dtype.itemsize == devbuf.calcsize("i i", "numpy") == 8
+
+
+def test_numpy_mode_offsets_are_the_callers():
+    with pytest.raises(devbuf.FormatError) as e:
+        devbuf.parse_format("i  y", "numpy")
+    assert e.value.offset == 3
+    f = devbuf.parse_format("i  d:x y:", "numpy")
+    assert f.fields[1].src_offset == 3 and f.fields[1].name == "x y"

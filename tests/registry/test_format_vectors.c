@@ -382,7 +382,25 @@ static const vec VECS[] = {
     OK("<Zd", N, 16, 1, "0", "<Zd"),
     OK("[devbuf$bfloat16]b", N, 4, 2, "0,2", "[devbuf$bfloat16]b"),
     ER(">(2)i", N, EF, 1, "format: byte 1: unknown type code '('"),
-    ER("i ", N, EF, 1, "format: byte 1: ' ' is not allowed here in NumPy mode"),
+    /* NumPy mode: whitespace outside :name: is stripped first, as NumPy's
+     * buffer import does; error offsets and src_offset stay the caller's. */
+    OK("i ", N, 4, 4, NULL, NULL),
+    OK("3 i", N, 12, 4, NULL, NULL),
+    OK("1 2 b", N, 12, 1, NULL, NULL),
+    OK("T {i :a b: Z f}", N, 12, 4, NULL, NULL),
+    ER("i  y", N, EF, 3, "format: byte 3: unknown type code 'y'"),
+    ER("( 2 ) 0i", N, EF, 0,
+       "format: byte 0: a shape over an item of size 0 (count 0 or an empty type) is refused in "
+       "NumPy mode, as np.dtype refuses an unsized base with a shape"),
+    /* np.dtype((base, shape)) refuses a base of size 0 that is not a struct */
+    ER("(0)0c", N, EF, 0, "~np.dtype refuses an unsized base"),
+    ER("(2)0x", N, EF, 0, "~np.dtype refuses an unsized base"),
+    ER("(2)0s", N, EF, 0, "~np.dtype refuses an unsized base"),
+    ER("(2)0T{i}", N, EF, 0, "~np.dtype refuses an unsized base"),
+    OK("(0)i", N, 0, 4, NULL, NULL),
+    OK("(2)T{}", N, 0, 1, NULL, NULL),
+    OK("(2)T{0i}", N, 0, 4, NULL, NULL),
+    OK("(0)0c", D, 0, 1, NULL, NULL),
     ER("u", N, EF, 0, "format: byte 0: 'u' is not supported in NumPy mode"),
     ER("P", N, EF, 0, "format: byte 0: 'P' is not supported in NumPy mode"),
     ER("&i", N, EF, 0, "format: byte 0: '&' is not supported in NumPy mode"),
