@@ -257,3 +257,97 @@ def test_numpy_mode_offsets_are_the_callers():
     assert e.value.offset == 3
     f = devbuf.parse_format("i  d:x y:", "numpy")
     assert f.fields[1].src_offset == 3 and f.fields[1].name == "x y"
+
+
+# ---- every exporter: plain requests for device memory refused, extended fields untouched -
+
+PLAIN = [0, 0x1c, 0x11c, 0x3c]
+
+
+def _consumer():
+    return pytest.importorskip("devbuf_consumer", reason="test extension not built")
+
+
+@pytest.mark.parametrize("flags", PLAIN)
+def test_dlpack_import_exporter_refuses_plain_requests_for_device_memory(sim, flags):
+    consumer = _consumer()
+    s = devbuf.from_host(np.arange(4.0), device=sim)
+    fa = devbuf.from_dlpack(s).obj
+    assert isinstance(fa, devbuf.ForeignArray) and fa.dl_device == (KDLEXTDEV, 0)
+    assert type(fa).__buffer_supported_flags__ & devbuf.PyBUF_DEVICE
+    with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+        consumer.canary(fa, flags)  # fails too if it wrote an extended field
+    with pytest.raises(BufferError):
+        memoryview(fa)
+    # With PyBUF_DEVICE it answers, and says where the memory is.
+    d = consumer.inspect(fa, 0x1c | devbuf.PyBUF_DEVICE)
+    assert d["device"] == "devbuf.sim"
+
+
+@pytest.mark.parametrize("flags", PLAIN)
+def test_dlpack_import_exporter_of_host_memory_leaves_extended_fields_alone(flags):
+    consumer = _consumer()
+    from dlpack_ctypes import Producer
+    fa = devbuf.from_dlpack(Producer(np.arange(4.0))).obj
+    assert consumer.canary(fa, flags) == []
+
+
+@pytest.mark.parametrize("flags", PLAIN)
+def test_view_of_device_memory_refuses_plain_requests(sim, flags):
+    consumer = _consumer()
+    v = devbuf.view(devbuf.from_host(np.arange(4.0), device=sim))
+    with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+        consumer.canary(v, flags)
+
+
+def test_from_host_of_device_memory_is_a_buffer_error(sim):
+    import gc
+    s = devbuf.from_host(np.arange(4.0), device=sim)
+    for make in (lambda: s, lambda: devbuf.view(s), lambda: devbuf.from_dlpack(s).obj):
+        src = make()
+        with pytest.raises(BufferError, match="host cannot read"):
+            devbuf.from_host(src)
+        del src
+    gc.collect()
+    assert s.exports == 0  # the refused requests left no export behind
+
+
+# ---- byte order and size state reach custom items and [struct$...] payloads -------------
+
+def test_byte_order_state_carries_into_struct_payloads():
+    import struct
+    f = devbuf.parse_format(">[struct$l]")
+    assert f.itemsize == struct.calcsize(">l") == 4
+    assert f.fields[0].children[0].big_endian and f.fields[0].children[0].byteorder == ">"
+    f = devbuf.parse_format("<[struct$lq]")
+    assert f.itemsize == 12 and not f.fields[0].children[0].big_endian
+    assert devbuf.parse_format("[struct$l]").itemsize == struct.calcsize("@l")
+    assert devbuf.parse_format("=[struct$l]").itemsize == 4
+    assert devbuf.parse_format("![struct$h]").fields[0].children[0].big_endian
+
+
+def _host_opposite():
+    import sys
+    return ">" if sys.byteorder == "little" else "<"
+
+
+def test_custom_items_record_their_byte_order():
+    opp = _host_opposite()
+    for bo in "<>!=":
+        f = devbuf.parse_format(bo + "[devbuf$bfloat16]")
+        fld = f.fields[0]
+        assert fld.byteorder == (">" if bo == "!" else bo)
+        assert fld.big_endian == (bo in ">!" or (bo == "=" and _host_opposite() == "<"))
+    assert devbuf.parse_format(opp + "[devbuf$bfloat16]").non_native
+    assert not devbuf.parse_format("[devbuf$bfloat16]").non_native
+
+
+@pytest.mark.parametrize("fmt", ["{o}[devbuf$bfloat16]", "{o}[struct$f]", "{o}T{{[devbuf$bfloat16]}}",
+                                 "{o}f"])
+def test_dlpack_refuses_non_native_custom_items(fmt):
+    fmt = fmt.format(o=_host_opposite())
+    b = devbuf.empty(2, format=fmt, device="cpu")
+    with pytest.raises(BufferError, match="native byte order"):
+        b.__dlpack__(max_version=(1, 0))
+    with pytest.raises(BufferError, match="native byte order"):
+        b.__dlpack__()
