@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "devbuf_capi.h"
+#include "devbuf/dlpack.h" /* DLManagedTensorVersioned: types only */
 
 static const DevbufPy_CAPI *api;
 
@@ -106,12 +107,81 @@ static PyObject *empty(PyObject *self, PyObject *args) {
   return api->Buffer_Empty(shape, fmt, device);
 }
 
+
+/* dlpack_on_own_stream(obj, spec, producer_event): a stream-ordered DLPack
+ * consumer, as the Python specification describes one. It opens `spec`,
+ * creates its own stream S, asks obj.__dlpack__(stream=S), and then:
+ *   1. records an event E on S and waits for E on the host: the producer
+ *      must have made S wait for its pending work, so by then
+ *      `producer_event` (an int handle, or None) is complete;
+ *   2. copies the tensor to the host on S, without waiting on anything
+ *      else, and returns (bytes, producer_event_done_when_S_drained).
+ * It never looks at the producer's event to order its own work: only the
+ * stream hand-off makes the result right. */
+static PyObject *dlpack_on_own_stream(PyObject *self, PyObject *args) {
+  PyObject *obj, *pev_o;
+  const char *spec;
+  if (!PyArg_ParseTuple(args, "OsO", &obj, &spec, &pev_o)) return NULL;
+  void *pev = pev_o == Py_None ? NULL : PyLong_AsVoidPtr(pev_o);
+  if (PyErr_Occurred()) return NULL;
+  devbuf_error err;
+  memset(&err, 0, sizeof err);
+  devbuf_device dev;
+  if (api->rt_device_open(spec, &dev, &err) != 0) return api->SetError(&err);
+  void *st = NULL, *ev = NULL;
+  if (api->rt_stream_create(&dev, &st, &err) != 0) return api->SetError(&err);
+  PyObject *result = NULL, *cap = NULL, *kw = NULL, *fn = NULL, *noargs = NULL;
+  kw = Py_BuildValue("{s:N,s:(ii)}", "stream", PyLong_FromVoidPtr(st), "max_version", 1, 3);
+  fn = kw ? PyObject_GetAttrString(obj, "__dlpack__") : NULL;
+  noargs = fn ? PyTuple_New(0) : NULL;
+  cap = noargs ? PyObject_Call(fn, noargs, kw) : NULL;
+  if (cap == NULL) goto done;
+  DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+  if (m == NULL) goto done;
+  size_t n = (m->dl_tensor.dtype.bits * m->dl_tensor.dtype.lanes + 7) / 8;
+  for (int i = 0; i < m->dl_tensor.ndim; i++) n *= (size_t)m->dl_tensor.shape[i];
+  int done_flag = 0, rc;
+  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+  if (out == NULL) goto done;
+  Py_BEGIN_ALLOW_THREADS
+  rc = api->rt_event_create(&dev, &ev, &err);
+  if (rc == 0) rc = api->rt_event_record(&dev, ev, st, &err);
+  if (rc == 0) rc = api->rt_event_synchronize(&dev, ev, &err);
+  if (rc == 0 && pev != NULL) done_flag = api->rt_event_query(&dev, pev, &err) == 0;
+  if (rc == 0 && pev == NULL) done_flag = 1;
+  if (rc == 0)
+    rc = api->rt_copy_d2h(&dev, PyBytes_AS_STRING(out), m->dl_tensor.data,
+                          (size_t)m->dl_tensor.byte_offset, n, st, &err);
+  if (rc == 0) rc = api->rt_stream_synchronize(&dev, st, &err);
+  Py_END_ALLOW_THREADS
+  if (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0) {
+    Py_DECREF(out);
+    goto done;
+  }
+  if (m->deleter) m->deleter(m);
+  if (rc != 0) {
+    Py_DECREF(out);
+    api->SetError(&err);
+    goto done;
+  }
+  result = Py_BuildValue("(NO)", out, done_flag ? Py_True : Py_False);
+done:
+  Py_XDECREF(cap);
+  Py_XDECREF(noargs);
+  Py_XDECREF(fn);
+  Py_XDECREF(kw);
+  if (ev) api->rt_event_destroy(&dev, ev, NULL);
+  api->rt_stream_destroy(&dev, st, NULL);
+  return result;
+}
+
 static PyMethodDef methods[] = {
     {"version", version, METH_NOARGS, NULL},
     {"info", info, METH_O, NULL},
     {"read_bytes", read_bytes, METH_O, NULL},
     {"itemsize", itemsize, METH_O, NULL},
     {"empty", empty, METH_VARARGS, NULL},
+    {"dlpack_on_own_stream", dlpack_on_own_stream, METH_VARARGS, NULL},
     {NULL},
 };
 
