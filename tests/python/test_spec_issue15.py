@@ -437,3 +437,26 @@ def test_consumer_passes_its_stream_and_orders_reads_after_it(spec, devbuf_env):
     else:
         assert kind == "NoneType"  # sim: None is devbuf's default stream
 
+
+
+# ---- a DLPack deleter run after the interpreter finalized must not crash --------------
+
+@pytest.mark.parametrize("where", ["cpu", "devbuf.sim:0"])
+def test_dlpack_deleter_after_finalization(where, devbuf_env):
+    import subprocess
+    import sys
+    import textwrap
+    if where != "cpu":
+        _device_or_skip(where)
+    code = textwrap.dedent(f"""
+        import numpy as np, devbuf, devbuf_capi_consumer as c
+        b = devbuf.from_host(np.arange(16.0), device={where!r})
+        c.delete_at_exit(b.__dlpack__(max_version=(1, 3)))   # versioned
+        c.delete_at_exit(b.__dlpack__())                      # legacy
+        c.delete_at_exit(devbuf.view(b).__dlpack__(max_version=(1, 0)))
+        print("exports", b.exports)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], env=devbuf_env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.split("\n")[:2] == ["exports 3", "deleters ran after finalization"]

@@ -5,6 +5,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "devbuf_capi.h"
@@ -175,6 +177,53 @@ done:
   return result;
 }
 
+
+/* delete_at_exit(capsule): consume a DLPack capsule now and run its deleter
+ * from a C atexit handler, i.e. after the interpreter has finalized, as a
+ * library that frees tensors at process exit would. The producer's deleter
+ * must not crash then. */
+static struct {
+  void *m;
+  int versioned;
+} g_at_exit[8];
+static int g_at_exit_n;
+
+static void run_deleters_at_exit(void) {
+  for (int i = 0; i < g_at_exit_n; i++) {
+    if (g_at_exit[i].versioned) {
+      DLManagedTensorVersioned *m = g_at_exit[i].m;
+      if (m->deleter) m->deleter(m);
+    } else {
+      DLManagedTensor *m = g_at_exit[i].m;
+      if (m->deleter) m->deleter(m);
+    }
+  }
+  /* Reached only if no deleter crashed: the test looks for this line. */
+  fputs("deleters ran after finalization\n", stdout);
+  fflush(stdout);
+}
+
+static PyObject *delete_at_exit(PyObject *self, PyObject *cap) {
+  int versioned = PyCapsule_IsValid(cap, "dltensor_versioned");
+  const char *name = versioned ? "dltensor_versioned" : "dltensor";
+  void *m = PyCapsule_GetPointer(cap, name);
+  if (m == NULL) return NULL;
+  if (g_at_exit_n == (int)(sizeof g_at_exit / sizeof g_at_exit[0])) {
+    PyErr_SetString(PyExc_RuntimeError, "delete_at_exit: too many tensors");
+    return NULL;
+  }
+  if (PyCapsule_SetName(cap, versioned ? "used_dltensor_versioned" : "used_dltensor") < 0)
+    return NULL;
+  if (g_at_exit_n == 0 && atexit(run_deleters_at_exit) != 0) {
+    PyErr_SetString(PyExc_RuntimeError, "delete_at_exit: atexit failed");
+    return NULL;
+  }
+  g_at_exit[g_at_exit_n].m = m;
+  g_at_exit[g_at_exit_n].versioned = versioned;
+  g_at_exit_n++;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"version", version, METH_NOARGS, NULL},
     {"info", info, METH_O, NULL},
@@ -182,6 +231,7 @@ static PyMethodDef methods[] = {
     {"itemsize", itemsize, METH_O, NULL},
     {"empty", empty, METH_VARARGS, NULL},
     {"dlpack_on_own_stream", dlpack_on_own_stream, METH_VARARGS, NULL},
+    {"delete_at_exit", delete_at_exit, METH_O, NULL},
     {NULL},
 };
 
