@@ -460,3 +460,45 @@ def test_dlpack_deleter_after_finalization(where, devbuf_env):
                        text=True, timeout=120)
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.split("\n")[:2] == ["exports 3", "deleters ran after finalization"]
+
+
+def test_cai_v3_producer_stream_reaches_device_info(devbuf_env, devbuf_build):
+    """A CUDA Array Interface v3 producer that names its `stream`: devbuf
+    records an event on it, and the view's device_info names both the event
+    and that stream. devbuf.cuda as producer hands off to a consumer stream
+    too. Runs on the fake libcuda (tests/gpu/fake_cuda.c) when there is no
+    GPU: the plugin's real code paths, with synchronous copies."""
+    import subprocess
+    import sys
+    import textwrap
+    fake = devbuf_build / "lib" / "libdevbuf_fake_cuda.so"
+    if not fake.exists():
+        pytest.skip("the fake libcuda was not built (CUDA headers missing)")
+    code = textwrap.dedent("""
+        import numpy as np, devbuf, devbuf_capi_consumer as c
+        spec = "devbuf.cuda:0"
+        b = devbuf.from_host(np.arange(8.0), device=spec)
+        S = c.stream_create(spec)
+        class CAI:
+            def __init__(self, st):
+                self.st = st
+            @property
+            def __cuda_array_interface__(self):
+                d = dict(b.__cuda_array_interface__)
+                d["stream"] = self.st
+                return d
+        v = devbuf.view(CAI(S))
+        sy = v.sync
+        ok = np.array_equal(np.asarray(v.to_host()), np.arange(8.0))
+        out, done = c.dlpack_on_own_stream(b, spec, b.event)
+        print(v.obj.kind, sy.stream == S, sy.event is not None, ok, done,
+              np.array_equal(np.frombuffer(out), np.arange(8.0)))
+        v.release()
+        del v
+        c.stream_destroy(spec, S)
+    """)
+    env = dict(devbuf_env, DEVBUF_CUDA_LIBRARY=str(fake))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["cuda_array_interface", "True", "True", "True", "True", "True"]

@@ -224,6 +224,35 @@ static PyObject *delete_at_exit(PyObject *self, PyObject *cap) {
   Py_RETURN_NONE;
 }
 
+
+/* stream_create(spec) -> int handle, stream_destroy(spec, handle): a stream
+ * of the consumer's own, for hand-off tests (a CAI producer's `stream`). */
+static PyObject *stream_create(PyObject *self, PyObject *args) {
+  const char *spec;
+  if (!PyArg_ParseTuple(args, "s", &spec)) return NULL;
+  devbuf_error err;
+  memset(&err, 0, sizeof err);
+  devbuf_device dev;
+  void *st = NULL;
+  if (api->rt_device_open(spec, &dev, &err) != 0 || api->rt_stream_create(&dev, &st, &err) != 0)
+    return api->SetError(&err);
+  return PyLong_FromVoidPtr(st);
+}
+
+static PyObject *stream_destroy(PyObject *self, PyObject *args) {
+  const char *spec;
+  PyObject *h;
+  if (!PyArg_ParseTuple(args, "sO", &spec, &h)) return NULL;
+  void *st = PyLong_AsVoidPtr(h);
+  if (PyErr_Occurred()) return NULL;
+  devbuf_error err;
+  memset(&err, 0, sizeof err);
+  devbuf_device dev;
+  if (api->rt_device_open(spec, &dev, &err) != 0 || api->rt_stream_destroy(&dev, st, &err) != 0)
+    return api->SetError(&err);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"version", version, METH_NOARGS, NULL},
     {"info", info, METH_O, NULL},
@@ -232,6 +261,8 @@ static PyMethodDef methods[] = {
     {"empty", empty, METH_VARARGS, NULL},
     {"dlpack_on_own_stream", dlpack_on_own_stream, METH_VARARGS, NULL},
     {"delete_at_exit", delete_at_exit, METH_O, NULL},
+    {"stream_create", stream_create, METH_VARARGS, NULL},
+    {"stream_destroy", stream_destroy, METH_VARARGS, NULL},
     {NULL},
 };
 
