@@ -502,3 +502,12 @@ def test_cai_v3_producer_stream_reaches_device_info(devbuf_env, devbuf_build):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["cuda_array_interface", "True", "True", "True", "True", "True"]
+
+
+@pytest.mark.parametrize("flags", PLAIN)
+def test_producer_helper_never_writes_extended_fields_unasked(flags):
+    """DevbufPy_BufferSetDevice is what producers call: docs/producers.md
+    promises it checks the request, so a producer may call it unconditionally."""
+    consumer = _consumer()
+    assert consumer.set_device_helper(flags) == (0, False)
+    assert consumer.set_device_helper(flags | devbuf.PyBUF_DEVICE) == (1, True)
