@@ -399,7 +399,7 @@ static int id_check(const char *id, devbuf_error *err) {
   size_t n = 0;
   if (id == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_register: NULL id");
   for (; id[n] != '\0'; n++) {
-    if (!devbuf__id_char((unsigned char)id[n]))
+    if (!devbuf__id_char_strict((unsigned char)id[n]))
       return devbuf_error_set(err, DEVBUF_EINVAL,
                               "dtype_register: id '%s' contains byte 0x%02x (ids are printable "
                               "ASCII without spaces, '[', ']', ';' or '$')",

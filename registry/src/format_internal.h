@@ -22,10 +22,18 @@ int devbuf__dtype_resolve(const char *id, size_t idlen, const char *payload, siz
                           uint32_t flags, devbuf_dtype_desc *desc, int *status,
                           devbuf_error *err);
 
-/* True for the characters allowed in an id: printable ASCII without space
- * and without [ ] ; $ (the draft's rule, tightened: no spaces). */
+/* True for the characters the draft allows in an id: printable ASCII
+ * (space included) without ] ; $. A reader must accept them all, since the
+ * draft promises that skipping an unknown id up to the next ']' is safe. */
 static inline int devbuf__id_char(unsigned char c) {
-  return c > 0x20 && c < 0x7f && c != '[' && c != ']' && c != ';' && c != '$';
+  return c >= 0x20 && c < 0x7f && c != ']' && c != ';' && c != '$';
+}
+
+/* The stricter rule devbuf holds its own ids to (registration, and the
+ * DEVBUF_FORMAT_LINT_IDS check): no space and no '[' either, since neither
+ * fits the importable package names the draft asks ids to be. */
+static inline int devbuf__id_char_strict(unsigned char c) {
+  return devbuf__id_char(c) && c != ' ' && c != '[';
 }
 
 #endif /* DEVBUF_FORMAT_INTERNAL_H */

@@ -104,6 +104,8 @@ typedef struct fp {
   name_ent *names;
   size_t nnames, names_cap;
   bool oom;
+  const uint32_t *omap; /* NumPy mode, whitespace stripped: offset -> caller's offset */
+  size_t olen;          /* the caller's length, when omap is set */
 } fp;
 
 typedef struct lvl {
@@ -118,10 +120,17 @@ typedef struct lvl {
   uint32_t n;
 } lvl;
 
+/* An offset in the caller's string (NumPy mode parses a stripped copy). */
+static size_t orig_off(const fp *p, size_t off) {
+  if (p->omap == NULL) return off;
+  return off < p->end ? p->omap[off] : p->olen;
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 4, 5)))
 #endif
 static int fail(fp *p, size_t off, int code, const char *fmt, ...) {
+  off = orig_off(p, off);
   p->err_off = off;
   if (p->err != NULL) {
     char tmp[DEVBUF_ERROR_MESSAGE_SIZE];
@@ -483,6 +492,15 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
                   show(p, q, b));
     }
     if (q == ids) return fail(p, q, DEVBUF_EFORMAT, "empty dtype id before '$'");
+    if (p->flags & DEVBUF_FORMAT_LINT_IDS) {
+      for (size_t j = ids; j < q; j++)
+        if (!devbuf__id_char_strict((unsigned char)s[j]))
+          return fail(p, j, DEVBUF_EFORMAT,
+                      "lint: %s in the dtype id '%.*s' (allowed by the draft, but no "
+                      "package name has one)",
+                      s[j] == ' ' ? "a space" : "'['", (int)(q - ids > 64 ? 64 : q - ids),
+                      s + ids);
+    }
     if (q - ids > DEVBUF_DTYPE_ID_MAX)
       return fail(p, ids, DEVBUF_EFORMAT, "dtype id longer than %d bytes", DEVBUF_DTYPE_ID_MAX);
     q++;
@@ -595,7 +613,7 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
       alts[k].id = arena_str(p, s + ids, idl);
       alts[k].payload = arena_str(p, s + pa, pl);
       if (alts[k].id == NULL || alts[k].payload == NULL) return oom(p, open);
-      alts[k].offset = (uint32_t)ids;
+      alts[k].offset = (uint32_t)orig_off(p, ids);
       alts[k].state = state;
       alts[k].status = status;
       alts[k].reserved = 0;
@@ -642,7 +660,7 @@ static int parse_custom(fp *p, char bo, devbuf_format_field *f, bool is_complex,
  * [count] type. Its byte-order state is its own. */
 static int parse_single(fp *p, char bo, devbuf_format_field *f) {
   skip_ws(p);
-  f->src_offset = (uint32_t)p->pos;
+  f->src_offset = (uint32_t)orig_off(p, p->pos);
   while (p->pos < p->end && is_bo(p->s[p->pos])) {
     bo = norm_bo(p->s[p->pos++]);
     skip_ws(p);
@@ -1007,6 +1025,7 @@ static int parse_seq(fp *p, lvl *L, int term) {
       tmp.shape = NULL;
     }
     uint64_t prod = 1, count = 1;
+    bool np_shape = false; /* NumPy mode: a shape precedes this item */
     char *bop = mode == DEVBUF_FORMAT_NUMPY ? &p->np_bo : &L->bo;
 
     if (mode == DEVBUF_FORMAT_DEFAULT) {
@@ -1034,6 +1053,7 @@ static int parse_seq(fp *p, lvl *L, int term) {
     } else if (mode == DEVBUF_FORMAT_NUMPY) {
       if (s[p->pos] == '(') {
         if ((r = parse_shape(p, f, &prod))) return r;
+        np_shape = true;
       }
       if (p->pos < p->end && is_bo(s[p->pos])) {
         *bop = norm_bo(s[p->pos++]);
@@ -1058,7 +1078,7 @@ static int parse_seq(fp *p, lvl *L, int term) {
     char bo = *bop;
     f->count = count;
     f->byteorder = bo;
-    f->src_offset = (uint32_t)item;
+    f->src_offset = (uint32_t)orig_off(p, item);
     uint64_t es = 0, ea = 1;
     size_t tat = p->pos;
     unsigned char uc = tat < p->end ? (unsigned char)s[tat] : 0;
@@ -1081,6 +1101,14 @@ static int parse_seq(fp *p, lvl *L, int term) {
     } else if ((r = parse_type(p, bo, f, &es, &ea))) {
       return r;
     }
+    /* np.dtype((base, shape)) refuses an unsized base: one of itemsize 0
+     * that is not a struct ('(2)0i', '(0)0c', '(2)0x', '(2)0T{i}'), while
+     * '(0)i' and '(2)T{}' are fine. Match it rather than invent a layout. */
+    if (np_shape && f->kind != DEVBUF_FIELD_BITS && (count == 0 || es == 0) &&
+        !(f->kind == DEVBUF_FIELD_STRUCT && count == 1))
+      return fail(p, item, DEVBUF_EFORMAT,
+                  "a shape over an item of size 0 (count 0 or an empty type) is refused in "
+                  "NumPy mode, as np.dtype refuses an unsized base with a shape");
     /* NumPy decides alignment with the state after the type (a T{} may
      * have changed it); elsewhere the state cannot change inside a type. */
     char abo = *bop;
@@ -1203,6 +1231,43 @@ static void fp_init(fp *p, const char *s, size_t len, uint32_t flags, devbuf_for
   p->nnames = 0;
   p->names_cap = sizeof p->names_local / sizeof p->names_local[0];
   p->oom = false;
+  p->omap = NULL;
+  p->olen = len;
+}
+
+/* NumPy's buffer import (np.asarray) strips whitespace outside ':name:'
+ * before its PEP 3118 reader sees the string: NumPy mode does the same, on a
+ * copy, keeping a map back to the caller's offsets for errors and fields.
+ * 0 when there is nothing to strip (p untouched), 1 when stripped (free
+ * *buf), -1 when out of memory. */
+static int np_strip(fp *p, char **buf, uint32_t **map) {
+  const char *s = p->s;
+  size_t n = p->end, i;
+  for (i = 0; i < n && !is_ws(s[i]); i++) {
+  }
+  if (i == n) return 0;
+  char *b = (char *)malloc(n ? n : 1);
+  uint32_t *m = (uint32_t *)malloc((n ? n : 1) * sizeof *m);
+  if (b == NULL || m == NULL) {
+    free(b);
+    free(m);
+    return -1;
+  }
+  size_t o = 0;
+  bool in_name = false;
+  for (i = 0; i < n; i++) {
+    if (s[i] == ':') in_name = !in_name;
+    else if (!in_name && is_ws(s[i])) continue;
+    b[o] = s[i];
+    m[o] = (uint32_t)i;
+    o++;
+  }
+  p->s = b;
+  p->end = o;
+  p->omap = m;
+  *buf = b;
+  *map = m;
+  return 1;
 }
 
 static int run(fp *p, uint64_t *size, uint64_t *align, char *end_bo, uint32_t *nfields,
@@ -1210,6 +1275,18 @@ static int run(fp *p, uint64_t *size, uint64_t *align, char *end_bo, uint32_t *n
   if (p->mode == DEVBUF_FORMAT_MODE_MASK)
     return fail(p, 0, DEVBUF_EINVAL, "invalid mode bits in flags 0x%x", (unsigned)p->flags);
   if (p->end > UINT32_MAX) return fail(p, 0, DEVBUF_EINVAL, "format string longer than 4 GiB");
+  if (p->mode == DEVBUF_FORMAT_NUMPY && p->omap == NULL) {
+    char *buf = NULL;
+    uint32_t *map = NULL;
+    int st = np_strip(p, &buf, &map);
+    if (st < 0) return fail(p, 0, DEVBUF_ENOMEM, "out of memory stripping whitespace");
+    if (st > 0) {
+      int r = run(p, size, align, end_bo, nfields, first);
+      free(buf);
+      free(map);
+      return r;
+    }
+  }
   lvl top;
   memset(&top, 0, sizeof top);
   top.bo = '@';

@@ -166,5 +166,6 @@ def test_calcsize_matches_struct_and_caches_only_plain_formats():
         devbuf.calcsize("iiy")  # errors are never cached
     with pytest.raises(ValueError):
         devbuf.calcsize("i", "fortran")
+    assert devbuf.calcsize(b"<ih", "struct") == struct.calcsize(b"<ih")  # bytes, as struct
     with pytest.raises(TypeError):
-        devbuf.calcsize(b"i")
+        devbuf.calcsize(1)

@@ -103,7 +103,7 @@ _devbuf._set_format_factory(_make_format)
 
 
 def parse_format(fmt: str, mode: str = "default", *, allow_unknown: bool = False,
-                 plugins: bool = True) -> Format:
+                 plugins: bool = True, lint: bool = False) -> Format:
     """Parse a buffer-protocol format string, custom dtypes included.
 
     ``mode`` is "default" (PEP 3118 + ``[id$payload]``), "struct" (exactly
@@ -111,5 +111,9 @@ def parse_format(fmt: str, mode: str = "default", *, allow_unknown: bool = False
     Zf, Zd) or "numpy" (NumPy's PEP 3118 reader). Raises
     :class:`devbuf.FormatError` (a ValueError) with ``.offset``, the byte the
     problem was found at, and a caret under it in the message.
+
+    ``lint=True`` also refuses a space or ``[`` in a custom dtype id: the
+    draft allows them, but no package name has one.
     """
-    return _devbuf._parse_format(fmt, mode, allow_unknown=allow_unknown, plugins=plugins)
+    return _devbuf._parse_format(fmt, mode, allow_unknown=allow_unknown, plugins=plugins,
+                                 lint=lint)

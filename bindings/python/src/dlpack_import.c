@@ -139,6 +139,7 @@ static int foreign_record(DbpForeign *f, void *stream, const char *what) {
   }
   if (f->event) devbuf_event_destroy(&f->dev, f->event, NULL);
   f->event = ev;
+  f->stream = stream; /* exported beside the event: the consumer may order on it */
   return 0;
 }
 
@@ -162,8 +163,8 @@ static int foreign_prepare_device(DbpForeign *f) {
   int rc = foreign_open(f, &err);
   if (rc == DEVBUF_OK) {
     size_t size = 0;
-    rc = devbuf_device_info_export(&f->dev, f->event, NULL, flags, &f->info, sizeof f->info, &size,
-                                   &err);
+    rc = devbuf_device_info_export(&f->dev, f->event, f->event ? f->stream : NULL, flags, &f->info,
+                                   sizeof f->info, &size, &err);
     if (rc != DEVBUF_OK) {
       devbuf_error_prefix(&err, "ForeignArray: device_info");
       return dbp_buffer_error(&err);
@@ -508,12 +509,29 @@ static DbpForeign *import_capsule(PyObject *cap, PyObject *producer, int legacy_
 }
 
 /* The stream devbuf consumes on, as the DLPack Python spec numbers it:
- * devbuf works on each device's default stream. */
-static PyObject *consumer_stream(int32_t dltype) {
-  switch (dltype) {
+ * devbuf works on each device's default stream. For OpenCL that is the
+ * plugin's default queue, passed as its cl_command_queue handle (what the
+ * devbuf_device_info of a NULL stream names, docs/devices/opencl.md) so that
+ * any producer can order its work before it; if the device cannot be
+ * opened, None (the producer then synchronizes as it sees fit). */
+static PyObject *consumer_stream(DLDevice pd) {
+  switch ((int32_t)pd.device_type) {
     case kDLCUDA:
     case kDLCUDAManaged: return PyLong_FromLong(1); /* legacy default stream */
     case kDLROCM: return PyLong_FromLong(0);        /* default stream */
+    case kDLOpenCL: {
+      devbuf_device dev;
+      devbuf_device_info info;
+      size_t size = 0;
+      devbuf_error err;
+      devbuf_error_clear(&err);
+      if (devbuf_device_open2("devbuf.opencl", pd.device_id, &dev, &err) == DEVBUF_OK &&
+          devbuf_device_info_export(&dev, NULL, NULL, 0, &info, sizeof info, &size, &err) ==
+              DEVBUF_OK &&
+          size >= offsetof(devbuf_device_info, stream) + sizeof info.stream && info.stream != NULL)
+        return PyLong_FromVoidPtr(info.stream);
+      Py_RETURN_NONE;
+    }
     default: Py_RETURN_NONE;
   }
 }
@@ -599,7 +617,7 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
   DLDevice pd;
   int has = 0;
   if (producer_device(obj, &pd, &has) < 0) return NULL;
-  PyObject *stream = has ? consumer_stream((int32_t)pd.device_type) : Py_NewRef(Py_None);
+  PyObject *stream = has ? consumer_stream(pd) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
   PyObject *cap = call_dlpack(obj, stream, dl_device, copy, dropped);
   if (cap == NULL && dl_device != Py_None && PyErr_ExceptionMatches(PyExc_BufferError)) {

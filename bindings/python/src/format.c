@@ -307,12 +307,12 @@ char *dbp_format_for_export(const char *fmt, Py_ssize_t itemsize) {
 }
 
 PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"format", "mode", "allow_unknown", "plugins", NULL};
+  static char *kwlist[] = {"format", "mode", "allow_unknown", "plugins", "lint", NULL};
   const char *fmt, *mode = "default";
   Py_ssize_t len;
-  int allow_unknown = 0, plugins = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s#|s$pp:parse_format", kwlist, &fmt, &len,
-                                   &mode, &allow_unknown, &plugins))
+  int allow_unknown = 0, plugins = 1, lint = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s#|s$ppp:parse_format", kwlist, &fmt, &len,
+                                   &mode, &allow_unknown, &plugins, &lint))
     return NULL;
   uint32_t flags;
   if (strcmp(mode, "default") == 0) flags = DEVBUF_FORMAT_DEFAULT;
@@ -324,6 +324,7 @@ PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {
   }
   if (allow_unknown) flags |= DEVBUF_FORMAT_ALLOW_UNKNOWN;
   if (!plugins) flags |= DEVBUF_FORMAT_NO_PLUGINS;
+  if (lint) flags |= DEVBUF_FORMAT_LINT_IDS;
   return describe(fmt, len, flags);
 }
 
@@ -645,8 +646,11 @@ static PyObject *calcsize(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
   }
   PyObject *fmt = args[0];
-  if (!PyUnicode_Check(fmt)) {
-    PyErr_Format(PyExc_TypeError, "calcsize: format must be str, not %.100s", Py_TYPE(fmt)->tp_name);
+  /* bytes too, as struct.calcsize takes them (struct mode promises to match it) */
+  int is_bytes = PyBytes_Check(fmt);
+  if (!PyUnicode_Check(fmt) && !is_bytes) {
+    PyErr_Format(PyExc_TypeError, "calcsize: format must be str or bytes, not %.100s",
+                 Py_TYPE(fmt)->tp_name);
     return NULL;
   }
   PyObject *cache = g_size_cache[mode];
@@ -654,7 +658,13 @@ static PyObject *calcsize(PyObject *self, PyObject *const *args, Py_ssize_t narg
   if (hit != NULL) return Py_NewRef(hit);
   if (PyErr_Occurred()) return NULL;
   Py_ssize_t n;
-  const char *s = PyUnicode_AsUTF8AndSize(fmt, &n);
+  const char *s;
+  if (is_bytes) {
+    s = PyBytes_AS_STRING(fmt);
+    n = PyBytes_GET_SIZE(fmt);
+  } else {
+    s = PyUnicode_AsUTF8AndSize(fmt, &n);
+  }
   if (s == NULL) return NULL;
   uint64_t size = 0;
   size_t off = 0;
@@ -674,7 +684,7 @@ static PyObject *calcsize(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 static PyMethodDef format_methods[] = {
     {"calcsize", (PyCFunction)(void (*)(void))calcsize, METH_FASTCALL,
-     "calcsize(format, mode='default', /) -> item size in bytes (like struct.calcsize; modes: "
+     "calcsize(format, mode='default', /) -> item size in bytes of a str or bytes format (like struct.calcsize; modes: "
      "'default', 'struct', 'numpy'). Raises devbuf.FormatError with .offset."},
     {"_set_format_factory", (PyCFunction)set_format_factory, METH_O,
      "Set the callable that turns parse results (dicts) into devbuf.Format objects."},

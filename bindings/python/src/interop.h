@@ -33,6 +33,7 @@ typedef struct DbpForeign {
   void *managed;            /* DLManagedTensorVersioned* / DLManagedTensor*, owned; or NULL */
   PyObject *source;         /* the producer (kept alive), or NULL */
   void *event;              /* owned event on `dev` that readers wait on, or NULL */
+  void *stream;             /* the producer's stream `event` was recorded on (NULL: default) */
   const char *identifier;   /* interned identifier once info_ready */
   devbuf_device dev;
   uint64_t dl_flags;        /* DLPACK_FLAG_BITMASK_* as received (or derived) */

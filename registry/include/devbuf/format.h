@@ -66,6 +66,10 @@ extern "C" {
 #define DEVBUF_FORMAT_ALLOW_UNKNOWN 0x20u
 /* Do not ask loaded plugins for dtype namespaces (registered ones only). */
 #define DEVBUF_FORMAT_NO_PLUGINS 0x40u
+/* Lint: refuse a space or '[' in a custom dtype id, naming the character.
+ * The draft allows both (and the default parse does), but no importable
+ * package name has them, so they are most likely a typo. */
+#define DEVBUF_FORMAT_LINT_IDS 0x80u
 
 /* ---- devbuf_format.info bits ------------------------------------------- */
 #define DEVBUF_FORMAT_HAS_CUSTOM 0x1u    /* a [...] item appears */

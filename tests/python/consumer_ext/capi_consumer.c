@@ -5,9 +5,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "devbuf_capi.h"
+#include "devbuf/dlpack.h" /* DLManagedTensorVersioned: types only */
 
 static const DevbufPy_CAPI *api;
 
@@ -106,12 +109,160 @@ static PyObject *empty(PyObject *self, PyObject *args) {
   return api->Buffer_Empty(shape, fmt, device);
 }
 
+
+/* dlpack_on_own_stream(obj, spec, producer_event): a stream-ordered DLPack
+ * consumer, as the Python specification describes one. It opens `spec`,
+ * creates its own stream S, asks obj.__dlpack__(stream=S), and then:
+ *   1. records an event E on S and waits for E on the host: the producer
+ *      must have made S wait for its pending work, so by then
+ *      `producer_event` (an int handle, or None) is complete;
+ *   2. copies the tensor to the host on S, without waiting on anything
+ *      else, and returns (bytes, producer_event_done_when_S_drained).
+ * It never looks at the producer's event to order its own work: only the
+ * stream hand-off makes the result right. */
+static PyObject *dlpack_on_own_stream(PyObject *self, PyObject *args) {
+  PyObject *obj, *pev_o;
+  const char *spec;
+  if (!PyArg_ParseTuple(args, "OsO", &obj, &spec, &pev_o)) return NULL;
+  void *pev = pev_o == Py_None ? NULL : PyLong_AsVoidPtr(pev_o);
+  if (PyErr_Occurred()) return NULL;
+  devbuf_error err;
+  memset(&err, 0, sizeof err);
+  devbuf_device dev;
+  if (api->rt_device_open(spec, &dev, &err) != 0) return api->SetError(&err);
+  void *st = NULL, *ev = NULL;
+  if (api->rt_stream_create(&dev, &st, &err) != 0) return api->SetError(&err);
+  PyObject *result = NULL, *cap = NULL, *kw = NULL, *fn = NULL, *noargs = NULL;
+  kw = Py_BuildValue("{s:N,s:(ii)}", "stream", PyLong_FromVoidPtr(st), "max_version", 1, 3);
+  fn = kw ? PyObject_GetAttrString(obj, "__dlpack__") : NULL;
+  noargs = fn ? PyTuple_New(0) : NULL;
+  cap = noargs ? PyObject_Call(fn, noargs, kw) : NULL;
+  if (cap == NULL) goto done;
+  DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+  if (m == NULL) goto done;
+  size_t n = (m->dl_tensor.dtype.bits * m->dl_tensor.dtype.lanes + 7) / 8;
+  for (int i = 0; i < m->dl_tensor.ndim; i++) n *= (size_t)m->dl_tensor.shape[i];
+  int done_flag = 0, rc;
+  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+  if (out == NULL) goto done;
+  Py_BEGIN_ALLOW_THREADS
+  rc = api->rt_event_create(&dev, &ev, &err);
+  if (rc == 0) rc = api->rt_event_record(&dev, ev, st, &err);
+  if (rc == 0) rc = api->rt_event_synchronize(&dev, ev, &err);
+  if (rc == 0 && pev != NULL) done_flag = api->rt_event_query(&dev, pev, &err) == 0;
+  if (rc == 0 && pev == NULL) done_flag = 1;
+  if (rc == 0)
+    rc = api->rt_copy_d2h(&dev, PyBytes_AS_STRING(out), m->dl_tensor.data,
+                          (size_t)m->dl_tensor.byte_offset, n, st, &err);
+  if (rc == 0) rc = api->rt_stream_synchronize(&dev, st, &err);
+  Py_END_ALLOW_THREADS
+  if (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0) {
+    Py_DECREF(out);
+    goto done;
+  }
+  if (m->deleter) m->deleter(m);
+  if (rc != 0) {
+    Py_DECREF(out);
+    api->SetError(&err);
+    goto done;
+  }
+  result = Py_BuildValue("(NO)", out, done_flag ? Py_True : Py_False);
+done:
+  Py_XDECREF(cap);
+  Py_XDECREF(noargs);
+  Py_XDECREF(fn);
+  Py_XDECREF(kw);
+  if (ev) api->rt_event_destroy(&dev, ev, NULL);
+  api->rt_stream_destroy(&dev, st, NULL);
+  return result;
+}
+
+
+/* delete_at_exit(capsule): consume a DLPack capsule now and run its deleter
+ * from a C atexit handler, i.e. after the interpreter has finalized, as a
+ * library that frees tensors at process exit would. The producer's deleter
+ * must not crash then. */
+static struct {
+  void *m;
+  int versioned;
+} g_at_exit[8];
+static int g_at_exit_n;
+
+static void run_deleters_at_exit(void) {
+  for (int i = 0; i < g_at_exit_n; i++) {
+    if (g_at_exit[i].versioned) {
+      DLManagedTensorVersioned *m = g_at_exit[i].m;
+      if (m->deleter) m->deleter(m);
+    } else {
+      DLManagedTensor *m = g_at_exit[i].m;
+      if (m->deleter) m->deleter(m);
+    }
+  }
+  /* Reached only if no deleter crashed: the test looks for this line. */
+  fputs("deleters ran after finalization\n", stdout);
+  fflush(stdout);
+}
+
+static PyObject *delete_at_exit(PyObject *self, PyObject *cap) {
+  int versioned = PyCapsule_IsValid(cap, "dltensor_versioned");
+  const char *name = versioned ? "dltensor_versioned" : "dltensor";
+  void *m = PyCapsule_GetPointer(cap, name);
+  if (m == NULL) return NULL;
+  if (g_at_exit_n == (int)(sizeof g_at_exit / sizeof g_at_exit[0])) {
+    PyErr_SetString(PyExc_RuntimeError, "delete_at_exit: too many tensors");
+    return NULL;
+  }
+  if (PyCapsule_SetName(cap, versioned ? "used_dltensor_versioned" : "used_dltensor") < 0)
+    return NULL;
+  if (g_at_exit_n == 0 && atexit(run_deleters_at_exit) != 0) {
+    PyErr_SetString(PyExc_RuntimeError, "delete_at_exit: atexit failed");
+    return NULL;
+  }
+  g_at_exit[g_at_exit_n].m = m;
+  g_at_exit[g_at_exit_n].versioned = versioned;
+  g_at_exit_n++;
+  Py_RETURN_NONE;
+}
+
+
+/* stream_create(spec) -> int handle, stream_destroy(spec, handle): a stream
+ * of the consumer's own, for hand-off tests (a CAI producer's `stream`). */
+static PyObject *stream_create(PyObject *self, PyObject *args) {
+  const char *spec;
+  if (!PyArg_ParseTuple(args, "s", &spec)) return NULL;
+  devbuf_error err;
+  memset(&err, 0, sizeof err);
+  devbuf_device dev;
+  void *st = NULL;
+  if (api->rt_device_open(spec, &dev, &err) != 0 || api->rt_stream_create(&dev, &st, &err) != 0)
+    return api->SetError(&err);
+  return PyLong_FromVoidPtr(st);
+}
+
+static PyObject *stream_destroy(PyObject *self, PyObject *args) {
+  const char *spec;
+  PyObject *h;
+  if (!PyArg_ParseTuple(args, "sO", &spec, &h)) return NULL;
+  void *st = PyLong_AsVoidPtr(h);
+  if (PyErr_Occurred()) return NULL;
+  devbuf_error err;
+  memset(&err, 0, sizeof err);
+  devbuf_device dev;
+  if (api->rt_device_open(spec, &dev, &err) != 0 || api->rt_stream_destroy(&dev, st, &err) != 0)
+    return api->SetError(&err);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"version", version, METH_NOARGS, NULL},
     {"info", info, METH_O, NULL},
     {"read_bytes", read_bytes, METH_O, NULL},
     {"itemsize", itemsize, METH_O, NULL},
     {"empty", empty, METH_VARARGS, NULL},
+    {"dlpack_on_own_stream", dlpack_on_own_stream, METH_VARARGS, NULL},
+    {"delete_at_exit", delete_at_exit, METH_O, NULL},
+    {"stream_create", stream_create, METH_VARARGS, NULL},
+    {"stream_destroy", stream_destroy, METH_VARARGS, NULL},
     {NULL},
 };
 

@@ -373,9 +373,27 @@ static PyObject *bench_getbuffer(PyObject *self, PyObject *args) {
   return PyFloat_FromDouble((t1 - t0) / (double)(n ? n : 1));
 }
 
+
+/* set_device_helper(flags) -> (returned, touched): call the producer helper
+ * DevbufPy_BufferSetDevice on an extended struct filled with sentinels, as a
+ * producer that relies on it ("it checks for you") would, and report whether
+ * it wrote any extended field. Must be (0, False) without PyBUF_DEVICE. */
+static PyObject *set_device_helper(PyObject *self, PyObject *args) {
+  int flags;
+  if (!PyArg_ParseTuple(args, "i", &flags)) return NULL;
+  DevbufPy_buffer_ext ext;
+  memset(&ext, 0xA5, sizeof ext);
+  DevbufPy_buffer_ext before = ext;
+  static char info[8];
+  int r = DevbufPy_BufferSetDevice(&ext.view, flags, "devbuf.sim", info);
+  int touched = memcmp(&ext, &before, sizeof ext) != 0;
+  return Py_BuildValue("(iO)", r, touched ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"inspect", inspect, METH_VARARGS, NULL},
     {"canary", canary, METH_VARARGS, NULL},
+    {"set_device_helper", set_device_helper, METH_VARARGS, NULL},
     {"check_supports", check_supports, METH_VARARGS, NULL},
     {"bench_getbuffer", bench_getbuffer, METH_VARARGS, NULL},
     {NULL},
