@@ -69,9 +69,10 @@
  *  check `view.flags` anyway. It lets a consumer that cannot use CPU memory
  *  skip asking, and lets GetBufferEx refuse required flags up front.
  *  Lookups are cached per type (keyed by the type's version tag, which
- *  CPython changes whenever a type attribute changes), so the check costs
- *  two compares on the hot path. The cache relies on the GIL; on a
- *  free-threaded build (Py_GIL_DISABLED) it is compiled out.
+ *  CPython invalidates whenever a type attribute changes), so the check
+ *  costs two or three compares on the hot path. What "valid tag" means
+ *  differs by version (see DevbufPy__CacheableTag). The cache relies on the
+ *  GIL; on a free-threaded build (Py_GIL_DISABLED) it is compiled out.
  *
  * All functions here follow CPython's conventions: 0 / 1 results, -1 with
  * an exception set on error, and they must be called with the GIL held. */
@@ -211,10 +212,9 @@ static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
 }
 
 /* The per-type cache of advertised values, keyed by (type, version tag).
- * Version tags are never reused, and CPython sets a type's tag to 0 (and
- * hands out a new one later) whenever an attribute of it or of a base
- * changes, so a hit on a nonzero tag is always current. Direct-mapped; one
- * static table per translation unit, guarded by the GIL. */
+ * Version tags are never reused, and a hit needs the tag to be valid now, so
+ * a hit is always current. Direct-mapped; one static table per translation
+ * unit, guarded by the GIL. */
 #if !defined(Py_GIL_DISABLED)
 #define DEVBUFPY__SF_CACHE 32
 typedef struct DevbufPy__sf_entry {
@@ -226,6 +226,20 @@ typedef struct DevbufPy__sf_entry {
 static inline DevbufPy__sf_entry *DevbufPy__SupportedFlagsSlot(PyTypeObject *type) {
   static DevbufPy__sf_entry cache[DEVBUFPY__SF_CACHE];
   return &cache[((size_t)(uintptr_t)type >> 5) & (DEVBUFPY__SF_CACHE - 1)];
+}
+
+/* The type's version tag if it is valid now, else 0 (never cache, never hit).
+ * Before 3.13, PyType_Modified clears Py_TPFLAGS_VALID_VERSION_TAG, and on
+ * some versions (3.9, measured) it leaves tp_version_tag unchanged until the
+ * next lookup assigns a new one: the tag alone would hit a stale entry, so
+ * the flag is checked too.
+ * 3.13 no longer sets the flag at all and resets the tag to 0 instead: there
+ * the tag alone is the truth (checking the flag would never cache). */
+static inline unsigned int DevbufPy__CacheableTag(PyTypeObject *type) {
+#if PY_VERSION_HEX < 0x030D0000 && defined(Py_TPFLAGS_VALID_VERSION_TAG)
+  if (!(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
+#endif
+  return type->tp_version_tag;
 }
 #endif
 
@@ -239,18 +253,24 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
   int raw = 0;
 #if !defined(Py_GIL_DISABLED)
   DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-  if (e->type == type && e->tag == type->tp_version_tag) {
+  unsigned int tag;
+  if (e->type == type && e->tag == DevbufPy__CacheableTag(type)) {
     *supported = e->supported;
     return 0;
   }
-  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
-  if (type->tp_version_tag != 0
-#ifdef Py_TPFLAGS_VALID_VERSION_TAG
-      && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+#if PY_VERSION_HEX >= 0x030C0000
+  /* 3.12+ may leave a type untagged until something asks; ask. Older
+   * versions tag it in the lookup below, and the next call caches. */
+  if (type->tp_version_tag == 0) (void)PyUnstable_Type_AssignVersionTag(type);
 #endif
-  ) {
+  /* The tag before the lookup: if the lookup itself changed the type (a
+   * metaclass __getattribute__ may run any code), the tag moves on and the
+   * answer is not cached. */
+  tag = DevbufPy__CacheableTag(type);
+  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
+  if (tag != 0 && DevbufPy__CacheableTag(type) == tag) {
     e->type = type;
-    e->tag = type->tp_version_tag;
+    e->tag = tag;
     e->supported = DevbufPy__SupportedFromRaw(raw);
   }
 #else
@@ -314,7 +334,7 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
     PyTypeObject *type = Py_TYPE(obj);
 #if !defined(Py_GIL_DISABLED)
     DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-    if (e->type == type && e->tag == type->tp_version_tag)
+    if (e->type == type && e->tag == DevbufPy__CacheableTag(type))
       supported = e->supported;
     else
 #endif
