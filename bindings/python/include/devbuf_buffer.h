@@ -148,11 +148,32 @@ _Static_assert(offsetof(DevbufPy_buffer_ext, flags) == sizeof(Py_buffer),
 /* ---- advertising and checking supported flags ----------------------------- */
 
 /* Advertise `flags` as the supported request flags of `type` (the
- * bf_supported_flags backport). Call once, after PyType_Ready. Works for
- * static and heap types. Returns 0, or -1 with an exception set. */
+ * bf_supported_flags backport). Call after PyType_Ready. Works for static
+ * and heap types. Returns 0, or -1 with an exception set.
+ *
+ * A static type is shared by every interpreter of the process, and so is
+ * what this stores in its dict: the object must come from an interpreter
+ * that shares the main allocator. On CPython 3.12+, use multi-phase init,
+ * call this from Py_mod_exec, and declare
+ *   {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED}
+ * (not ..._PER_INTERPRETER_GIL_SUPPORTED, nor single-phase init): then an
+ * isolated subinterpreter is refused before exec runs. A single-phase
+ * PyInit runs before that refusal, and the static type keeps an object of
+ * an interpreter that is about to die (a double free on a later import).
+ * Calling it again with the same flags (exec in another interpreter)
+ * changes nothing. */
 static inline int DevbufPy_SetBufferSupportedFlags(PyTypeObject *type, int flags) {
-  PyObject *value = PyLong_FromLong(flags);
+  PyObject *value;
   int rc;
+  if (type->tp_dict != NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+    PyObject *old = PyDict_GetItemString(type->tp_dict, DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+    int overflow = 0;
+    if (old != NULL && PyLong_Check(old) && PyLong_AsLongAndOverflow(old, &overflow) == flags &&
+        !overflow)
+      return 0;
+    if (PyErr_Occurred()) return -1;
+  }
+  value = PyLong_FromLong(flags);
   if (value == NULL) return -1;
   if ((type->tp_flags & Py_TPFLAGS_HEAPTYPE)
 #ifdef Py_TPFLAGS_IMMUTABLETYPE
