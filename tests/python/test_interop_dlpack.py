@@ -166,6 +166,37 @@ def test_sim_round_trip_through_dlpack(sim):
     assert np.array_equal(np.asarray(back.to_host()), np.arange(3.0))
 
 
+class _HostOnlyRaisingValueError:
+    """A host producer that refuses another dl_device with ValueError, as
+    NumPy 2.1-2.2 do ("unsupported device requested"); the standard (and
+    newer NumPy) says BufferError. Either must fall back to a host export."""
+
+    def __init__(self, a):
+        self.a = a
+        self.refused = 0
+
+    def __dlpack_device__(self):
+        return (KDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is not None and tuple(dl_device) != (KDLCPU, 0):
+            self.refused += 1
+            raise ValueError("unsupported device requested")
+        kw = {"max_version": max_version} if max_version is not None else {}
+        return self.a.__dlpack__(**kw)
+
+
+def test_from_dlpack_falls_back_when_producer_refuses_with_value_error(sim):
+    p = _HostOnlyRaisingValueError(np.arange(5, dtype=np.int32))
+    v = devbuf.from_dlpack(p, device=sim)
+    assert p.refused == 1
+    assert v.is_device and v.identifier == "devbuf.sim"
+    assert np.asarray(v.to_host()).tolist() == [0, 1, 2, 3, 4]
+    # copy=False still refuses the cross-device move, with devbuf's message.
+    with pytest.raises(BufferError, match="copy=False"):
+        devbuf.from_dlpack(p, device=sim, copy=False)
+
+
 def test_from_dlpack_copy_false_refuses_cross_device(sim):
     with pytest.raises(BufferError, match="copy=False"):
         devbuf.from_dlpack(np.arange(3.0), device=sim, copy=False)
