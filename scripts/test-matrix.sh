@@ -101,8 +101,8 @@ for v in "${versions[@]}"; do
   fi
   sed 's/^/    /' "$MATRIX/taste-$v.log"
   say "pytest (fast subset)"
-  # -rs: every skip and its reason is printed.
-  if DEVBUF_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider \
+  # -rfEs: every failure, error and skip (with its reason) is listed.
+  if DEVBUF_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rfEs -p no:cacheprovider \
        "${SUBSET[@]}" >"$MATRIX/pytest-$v.log" 2>&1; then
     summary=$(tail -n 1 "$MATRIX/pytest-$v.log")
     grep '^SKIPPED' "$MATRIX/pytest-$v.log" | sed 's/^/    /'
