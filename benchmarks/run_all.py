@@ -39,6 +39,9 @@ def bench_list(build, quick, tmp):
         ("devbuf-info", "benchmarks/info/bench_info.py",
          ["--build", build] + (["--runs", "11"] if quick else []), "md", None),
         ("Python bindings", "benchmarks/python/bench_view.py", q + ["--json", j("view")], "text", j("view")),
+        # The matrix builds of scripts/test-matrix.sh (scripts/bench.sh makes them).
+        ("CPython versions", "benchmarks/python/bench_versions.py", q + ["--json", j("versions")],
+         "md", None),
         ("Interop", "benchmarks/interop/bench_dlpack.py", q + ["--json", j("dlpack")], "md", j("dlpack")),
         ("Pickle protocol 5", "benchmarks/pickle/bench_pickle.py", q + ["--json", j("pickle")], "text", j("pickle")),
         ("Python plugins (libffi)", "benchmarks/ffi/bench_closure.py", q + ["--json", j("ffi")], "md", j("ffi")),

@@ -5,4 +5,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release
+# The 3.12 and 3.13 builds that benchmarks/python/bench_versions.py compares.
+scripts/test-matrix.sh 3.12 3.13 >/dev/null || echo "[bench] scripts/test-matrix.sh 3.12 3.13 failed" >&2
 exec .venv/bin/python benchmarks/run_all.py --build "$ROOT/build" "$@"

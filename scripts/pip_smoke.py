@@ -23,6 +23,23 @@ def main(argv):
     pkg = os.path.dirname(os.path.abspath(devbuf.__file__))
     print("devbuf %s from %s" % (devbuf.__version__, pkg))
 
+    # Every extension module it installed imports: `import devbuf` alone
+    # loads only _devbuf, and a C API the interpreter lacks shows up only as
+    # `undefined symbol` when the module is loaded (issue 24).
+    import importlib
+    import importlib.machinery
+    exts = sorted(f for f in os.listdir(pkg)
+                  if any(f.endswith(s) for s in importlib.machinery.EXTENSION_SUFFIXES))
+    if not exts:
+        fail("no extension module in %s" % pkg)
+    for f in exts:
+        name = "devbuf." + f.split(".", 1)[0]
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            fail("the installed %s (%s) does not import: %s" % (name, f, e))
+    print("extension modules import: %s" % ", ".join(exts))
+
     # The runtime found its plugins next to itself: inside the package for a
     # wheel, <prefix>/<libdir>/devbuf/plugins for a CMake install (the caller
     # says so through DEVBUF_SMOKE_PLUGIN_DIR).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up and build, list what is registered, then run the demo
-# on the strict simulated device.
+# The main job: set up and build, list what is registered, run the demo on
+# the strict simulated device, then the README's Python taste
+# (examples/taste.py) with the interpreter the README names.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -13,3 +14,10 @@ else
 fi
 echo
 build/bin/devbuf-demo devbuf.sim "${1:-16777216}"
+echo
+if [[ -d build/python/devbuf ]]; then
+  echo "\$ .venv/bin/python examples/taste.py   # the README's taste"
+  .venv/bin/python examples/taste.py
+else
+  echo "(Python bindings not built: no taste)"
+fi

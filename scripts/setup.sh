@@ -5,7 +5,8 @@
 #   scripts/setup.sh [BUILD_DIR] [extra cmake args...]
 #
 # The one interpreter: Debian's /usr/bin/python3, in a venv at .venv. The
-# build, the tests and the README all use .venv/bin/python.
+# build, the tests and the README all use .venv/bin/python; after set-up it
+# imports devbuf from the default build (step 4).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -48,4 +49,25 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" "$@" >/dev/null
 fi
 cmake --build "$BUILD" -j"$(nproc)" -- --no-print-directory -s 2>&1 | { grep -v '^\[' || true; }
-exit "${PIPESTATUS[0]}"
+rc="${PIPESTATUS[0]}"
+(( rc == 0 )) || exit "$rc"
+
+# 4. The default build's package, installed into .venv in editable form: a
+# .pth file naming build/python, as `pip install -e` does, so that
+# `.venv/bin/python -c "import devbuf"` works right after set-up and always
+# sees the latest build (no copy to go stale, no PYTHONPATH to know about).
+# Only a venv that belongs to this checkout: a .venv that is a link to
+# another checkout's venv is left alone (it would point theirs at ours).
+if [[ "$BUILD" == build && -d build/python/devbuf ]]; then
+  venv_real=$(readlink -f .venv)
+  if [[ "$venv_real" == "$ROOT/.venv" ]]; then
+    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    pth="$site/devbuf-build-tree.pth"
+    if [[ "$(cat "$pth" 2>/dev/null)" != "$ROOT/build/python" ]]; then
+      say "installing devbuf into .venv (editable: $pth -> build/python)"
+      echo "$ROOT/build/python" >"$pth"
+    fi
+  else
+    say "not installing devbuf into .venv: it is $venv_real, outside this checkout"
+  fi
+fi

@@ -18,14 +18,29 @@ ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300 || status=1
 
 if compgen -G "tests/python/test_*.py" >/dev/null; then
   step "pytest"
-  DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" \
-    .venv/bin/python -m pytest -q tests/python --ignore-glob='*/test_thirdparty_*' || status=1
-  # Other projects' expectations (NumPy's and the array API's DLPack tests,
-  # CPython's struct/memoryview format cases), ported: a stage of their own
-  # so that a regression against them is named as such.
-  step "third-party suites (NumPy + array API DLPack, CPython struct)"
-  DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" \
-    .venv/bin/python -m pytest -q tests/python/test_thirdparty_*.py || status=1
+  # The tree just built, never another install of devbuf the venv may hold.
+  if DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" .venv/bin/python - "$ROOT/build/python/devbuf" <<'PY'
+import os, sys, devbuf
+got = os.path.realpath(os.path.dirname(devbuf.__file__))
+sys.exit(0 if got == os.path.realpath(sys.argv[1]) else f"pytest would test {got}, not {sys.argv[1]}")
+PY
+  then
+    DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" \
+      .venv/bin/python -m pytest -q tests/python --ignore-glob='*/test_thirdparty_*' || status=1
+    # Other projects' expectations (NumPy's and the array API's DLPack tests,
+    # CPython's struct/memoryview format cases), ported: a stage of their own
+    # so that a regression against them is named as such.
+    step "third-party suites (NumPy + array API DLPack, CPython struct)"
+    DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" \
+      .venv/bin/python -m pytest -q tests/python/test_thirdparty_*.py || status=1
+  else
+    status=1
+  fi
+
+  # Every other CPython (issues 14, 24): build, taste and a fast subset on
+  # pyenv's 3.9-3.13, venvs and builds cached under build-matrix/.
+  step "CPython matrix (3.9-3.13, fast subset)"
+  scripts/test-matrix.sh || status=1
 fi
 
 step "build (address,undefined sanitizers)"

@@ -146,6 +146,65 @@ def test_python_class_can_advertise_and_cache_follows_changes():
     assert consumer.check_supports(Buf(b"x"), 0x1c)
 
 
+class _CountingMeta(type):
+    """Counts uncached lookups: the header reads the advertised flags with
+    PyObject_GetAttr on the type, which goes through the metaclass."""
+    lookups = 0
+
+    def __getattribute__(cls, name):
+        if name == "__buffer_supported_flags__":
+            type(cls).lookups += 1
+        return super().__getattribute__(name)
+
+
+# The per-type cache must be hit (issue 24: never filled on 3.13, where
+# Py_TPFLAGS_VALID_VERSION_TAG is no longer set) and must follow changes
+# (stale on 3.9, where PyType_Modified leaves tp_version_tag unchanged).
+# Counts, not timings: a miss costs one lookup, so N calls must not cost N.
+@pytest.mark.parametrize("advertise", [None, 0x1d | 0x1000000, -1])
+def test_supported_flags_cache_is_hit(advertise):
+    class Meta(_CountingMeta):
+        lookups = 0
+
+    class Buf(bytearray, metaclass=Meta):
+        pass
+
+    if advertise is not None:
+        Buf.__buffer_supported_flags__ = advertise
+    want = advertise is None or advertise != -1
+    obj = Buf(b"x")
+    for _ in range(50):
+        assert consumer.check_supports(obj, 0x1c) == want
+    assert Meta.lookups <= 3, f"{Meta.lookups} lookups for 50 checks: the cache is never hit"
+    # The hot path of DevbufPy_GetBufferEx (required flags, inlined hit).
+    Meta.lookups = 0
+    if want:
+        consumer.bench_getbuffer(obj, 200, 0x1c, 1)
+        assert Meta.lookups <= 3, f"{Meta.lookups} lookups for 200 GetBufferEx calls"
+
+
+def test_supported_flags_cache_follows_every_change():
+    class Meta(_CountingMeta):
+        lookups = 0
+
+    class Buf(bytearray, metaclass=Meta):
+        pass
+
+    obj = Buf(b"x")
+    for i in range(20):
+        flags = -1 if i % 2 else 0x1d
+        Buf.__buffer_supported_flags__ = flags
+        for _ in range(3):  # the first call fills the cache, the others hit it
+            assert consumer.check_supports(obj, 0x1c) == (flags != -1), (i, flags)
+    # A change made by a base class reaches the subclass too.
+    class Sub(Buf):
+        pass
+
+    assert consumer.check_supports(Sub(b"x"), 0x1c) is False  # inherited -1
+    Buf.__buffer_supported_flags__ = 0
+    assert consumer.check_supports(Sub(b"x"), 0x1c) is True
+
+
 # ---- a third-party consumer of devbuf's own producer ---------------------------------------------
 
 def test_third_party_reads_devicebuffer_device_info(sim):

@@ -69,9 +69,10 @@
  *  check `view.flags` anyway. It lets a consumer that cannot use CPU memory
  *  skip asking, and lets GetBufferEx refuse required flags up front.
  *  Lookups are cached per type (keyed by the type's version tag, which
- *  CPython changes whenever a type attribute changes), so the check costs
- *  two compares on the hot path. The cache relies on the GIL; on a
- *  free-threaded build (Py_GIL_DISABLED) it is compiled out.
+ *  CPython invalidates whenever a type attribute changes), so the check
+ *  costs two or three compares on the hot path. What "valid tag" means
+ *  differs by version (see DevbufPy__CacheableTag). The cache relies on the
+ *  GIL; on a free-threaded build (Py_GIL_DISABLED) it is compiled out.
  *
  * All functions here follow CPython's conventions: 0 / 1 results, -1 with
  * an exception set on error, and they must be called with the GIL held. */
@@ -147,11 +148,32 @@ _Static_assert(offsetof(DevbufPy_buffer_ext, flags) == sizeof(Py_buffer),
 /* ---- advertising and checking supported flags ----------------------------- */
 
 /* Advertise `flags` as the supported request flags of `type` (the
- * bf_supported_flags backport). Call once, after PyType_Ready. Works for
- * static and heap types. Returns 0, or -1 with an exception set. */
+ * bf_supported_flags backport). Call after PyType_Ready. Works for static
+ * and heap types. Returns 0, or -1 with an exception set.
+ *
+ * A static type is shared by every interpreter of the process, and so is
+ * what this stores in its dict: the object must come from an interpreter
+ * that shares the main allocator. On CPython 3.12+, use multi-phase init,
+ * call this from Py_mod_exec, and declare
+ *   {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED}
+ * (not ..._PER_INTERPRETER_GIL_SUPPORTED, nor single-phase init): then an
+ * isolated subinterpreter is refused before exec runs. A single-phase
+ * PyInit runs before that refusal, and the static type keeps an object of
+ * an interpreter that is about to die (a double free on a later import).
+ * Calling it again with the same flags (exec in another interpreter)
+ * changes nothing. */
 static inline int DevbufPy_SetBufferSupportedFlags(PyTypeObject *type, int flags) {
-  PyObject *value = PyLong_FromLong(flags);
+  PyObject *value;
   int rc;
+  if (type->tp_dict != NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+    PyObject *old = PyDict_GetItemString(type->tp_dict, DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+    int overflow = 0;
+    if (old != NULL && PyLong_Check(old) && PyLong_AsLongAndOverflow(old, &overflow) == flags &&
+        !overflow)
+      return 0;
+    if (PyErr_Occurred()) return -1;
+  }
+  value = PyLong_FromLong(flags);
   if (value == NULL) return -1;
   if ((type->tp_flags & Py_TPFLAGS_HEAPTYPE)
 #ifdef Py_TPFLAGS_IMMUTABLETYPE
@@ -211,10 +233,9 @@ static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
 }
 
 /* The per-type cache of advertised values, keyed by (type, version tag).
- * Version tags are never reused, and CPython sets a type's tag to 0 (and
- * hands out a new one later) whenever an attribute of it or of a base
- * changes, so a hit on a nonzero tag is always current. Direct-mapped; one
- * static table per translation unit, guarded by the GIL. */
+ * Version tags are never reused, and a hit needs the tag to be valid now, so
+ * a hit is always current. Direct-mapped; one static table per translation
+ * unit, guarded by the GIL. */
 #if !defined(Py_GIL_DISABLED)
 #define DEVBUFPY__SF_CACHE 32
 typedef struct DevbufPy__sf_entry {
@@ -226,6 +247,20 @@ typedef struct DevbufPy__sf_entry {
 static inline DevbufPy__sf_entry *DevbufPy__SupportedFlagsSlot(PyTypeObject *type) {
   static DevbufPy__sf_entry cache[DEVBUFPY__SF_CACHE];
   return &cache[((size_t)(uintptr_t)type >> 5) & (DEVBUFPY__SF_CACHE - 1)];
+}
+
+/* The type's version tag if it is valid now, else 0 (never cache, never hit).
+ * Before 3.13, PyType_Modified clears Py_TPFLAGS_VALID_VERSION_TAG, and on
+ * some versions (3.9, measured) it leaves tp_version_tag unchanged until the
+ * next lookup assigns a new one: the tag alone would hit a stale entry, so
+ * the flag is checked too.
+ * 3.13 no longer sets the flag at all and resets the tag to 0 instead: there
+ * the tag alone is the truth (checking the flag would never cache). */
+static inline unsigned int DevbufPy__CacheableTag(PyTypeObject *type) {
+#if PY_VERSION_HEX < 0x030D0000 && defined(Py_TPFLAGS_VALID_VERSION_TAG)
+  if (!(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
+#endif
+  return type->tp_version_tag;
 }
 #endif
 
@@ -239,18 +274,24 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
   int raw = 0;
 #if !defined(Py_GIL_DISABLED)
   DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-  if (e->type == type && e->tag == type->tp_version_tag) {
+  unsigned int tag;
+  if (e->type == type && e->tag == DevbufPy__CacheableTag(type)) {
     *supported = e->supported;
     return 0;
   }
-  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
-  if (type->tp_version_tag != 0
-#ifdef Py_TPFLAGS_VALID_VERSION_TAG
-      && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+#if PY_VERSION_HEX >= 0x030C0000
+  /* 3.12+ may leave a type untagged until something asks; ask. Older
+   * versions tag it in the lookup below, and the next call caches. */
+  if (type->tp_version_tag == 0) (void)PyUnstable_Type_AssignVersionTag(type);
 #endif
-  ) {
+  /* The tag before the lookup: if the lookup itself changed the type (a
+   * metaclass __getattribute__ may run any code), the tag moves on and the
+   * answer is not cached. */
+  tag = DevbufPy__CacheableTag(type);
+  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
+  if (tag != 0 && DevbufPy__CacheableTag(type) == tag) {
     e->type = type;
-    e->tag = type->tp_version_tag;
+    e->tag = tag;
     e->supported = DevbufPy__SupportedFromRaw(raw);
   }
 #else
@@ -314,7 +355,7 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
     PyTypeObject *type = Py_TYPE(obj);
 #if !defined(Py_GIL_DISABLED)
     DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-    if (e->type == type && e->tag == type->tp_version_tag)
+    if (e->type == type && e->tag == DevbufPy__CacheableTag(type))
       supported = e->supported;
     else
 #endif

@@ -32,6 +32,15 @@ int dbp_fail(const devbuf_error *err);
 /* FormatError with .offset and .format set. */
 PyObject *dbp_raise_format(const char *fmt, size_t len, size_t offset, const devbuf_error *err);
 
+/* ---- module.c -------------------------------------------------------------- */
+/* Objects that Python code hands the extension (format factory, pickle
+ * reducer) belong to one interpreter: kept in its state dict under `key`
+ * ("devbuf.<what>"), never in a C global that another interpreter would see.
+ * get: borrowed reference, or NULL (an exception is set only on error, so
+ * check PyErr_Occurred). set: `value` NULL deletes; 0 or -1. */
+PyObject *dbp_interp_get(const char *key);
+int dbp_interp_set(const char *key, PyObject *value);
+
 /* ---- device.c ---------------------------------------------------------------- */
 typedef struct DbpDevice {
   PyObject_HEAD

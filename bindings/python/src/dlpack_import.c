@@ -620,9 +620,13 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
   PyObject *stream = has ? consumer_stream(pd) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
   PyObject *cap = call_dlpack(obj, stream, dl_device, copy, dropped);
-  if (cap == NULL && dl_device != Py_None && PyErr_ExceptionMatches(PyExc_BufferError)) {
-    /* The producer cannot reach that device (NumPy only knows the CPU):
-     * take the tensor where it is and let devbuf's plugins move it. */
+  /* The producer cannot reach that device (NumPy only knows the CPU): take
+   * the tensor where it is and let devbuf's plugins move it. The standard
+   * says BufferError; NumPy 2.1-2.2 raise ValueError("unsupported device
+   * requested"). Only the retry without dl_device decides: any other
+   * ValueError comes back from it unchanged. */
+  if (cap == NULL && dl_device != Py_None &&
+      (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
     PyErr_Clear();
     cap = call_dlpack(obj, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
     *dropped = 1;

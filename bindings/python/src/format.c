@@ -19,7 +19,8 @@
 
 #include "devbuf/format.h"
 
-static PyObject *g_format_factory; /* callable(dict) -> Format, or NULL */
+/* The callable(dict) -> Format of this interpreter's devbuf package. */
+#define DBP_FORMAT_FACTORY_KEY "devbuf.format_factory"
 static PyObject *g_namespaces;     /* id -> capsule of PyNamespace */
 
 /* ---- the engine ------------------------------------------------------------------- */
@@ -220,8 +221,10 @@ static PyObject *describe(const char *fmt, Py_ssize_t len, uint32_t flags) {
   Py_XDECREF(fields);
   devbuf_format_release(f);
   PyMem_RawFree(f);
-  if (out != NULL && g_format_factory != NULL) {
-    PyObject *wrapped = PyObject_CallOneArg(g_format_factory, out);
+  PyObject *factory = out != NULL ? dbp_interp_get(DBP_FORMAT_FACTORY_KEY) : NULL;
+  if (factory == NULL && PyErr_Occurred()) Py_CLEAR(out);
+  if (out != NULL && factory != NULL) {
+    PyObject *wrapped = PyObject_CallOneArg(factory, out);
     Py_DECREF(out);
     out = wrapped;
   }
@@ -333,7 +336,7 @@ static PyObject *set_format_factory(PyObject *self, PyObject *arg) {
     PyErr_SetString(PyExc_TypeError, "format factory must be callable or None");
     return NULL;
   }
-  Py_XSETREF(g_format_factory, arg == Py_None ? NULL : Py_NewRef(arg));
+  if (dbp_interp_set(DBP_FORMAT_FACTORY_KEY, arg == Py_None ? NULL : arg) < 0) return NULL;
   Py_RETURN_NONE;
 }
 

@@ -87,7 +87,7 @@ int dbp_export_init(PyObject *module);
 
 /* ---- both ------------------------------------------------------------------- */
 /* Module hook: types, methods on DeviceBuffer/DeviceView/ForeignArray,
- * module functions. Called once from PyInit__devbuf. */
+ * module functions. Called once, from the first module exec (module.c). */
 int dbp_interop_init(PyObject *module);
 /* Raise BufferError with err's message; returns -1. */
 int dbp_buffer_error(const devbuf_error *err);

@@ -203,36 +203,114 @@ static PyMethodDef module_methods[] = {
     {NULL},
 };
 
-static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "devbuf._devbuf",
-    .m_doc = "The C core of the devbuf package (use `import devbuf`).",
-    .m_size = -1,
-    .m_methods = module_methods,
-};
+/* ---- module init (multi-phase) -----------------------------------------------------------
+ * Why multi-phase: CPython 3.12+ refuses a module in an interpreter with its
+ * own GIL (an isolated subinterpreter) before its exec runs, but only if the
+ * module says what it supports. A single-phase PyInit ran first, in that
+ * interpreter, and readied the static types there: their dicts came from the
+ * doomed interpreter's allocator, and the next import (in a legacy
+ * subinterpreter) crashed with a double free (issue 24).
+ *
+ * What devbuf supports: several interpreters that share the main GIL (the
+ * static types, the exceptions and libdevbuf's registries are process-wide),
+ * not a per-interpreter GIL. The first exec makes the process-wide objects;
+ * a later one (a legacy subinterpreter, a re-import) gives its new module the
+ * same ones, as the single-phase m_copy did. What Python code registers
+ * (format factory, pickle reducer) is kept per interpreter (dbp_interp_*). */
 
-PyMODINIT_FUNC PyInit__devbuf(void) {
+static PyObject *g_contents; /* the first module's contents, for later execs */
+
+/* The module's own dunder attributes (__name__, __spec__, ...) that every
+ * module gets for itself; __version__ is ours. */
+static int own_dunder(PyObject *key) {
+  const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+  if (k == NULL) {
+    PyErr_Clear();
+    return 0;
+  }
+  size_t n = strlen(k);
+  return n > 4 && k[0] == '_' && k[1] == '_' && k[n - 1] == '_' && k[n - 2] == '_' &&
+         strcmp(k, "__version__") != 0;
+}
+
+static int module_exec_first(PyObject *m) {
   devbuf_error err;
   devbuf_error_clear(&err);
-  PyObject *m = PyModule_Create(&module_def);
-  if (m == NULL) return NULL;
-  if (dbp_errors_init(m) < 0) goto fail;
-  if (devbuf_init(&err) != DEVBUF_OK) {
-    dbp_raise(&err);
-    goto fail;
-  }
+  if (dbp_errors_init(m) < 0) return -1;
+  if (devbuf_init(&err) != DEVBUF_OK) return dbp_fail(&err);
   if (dbp_device_init(m) < 0 || dbp_buffer_init(m) < 0 || dbp_view_init(m) < 0 ||
       dbp_format_init(m) < 0 || dbp_capi_init(m) < 0 || dbp_interop_init(m) < 0 ||
       dbp_pickle_init(m) < 0)
-    goto fail;
+    return -1;
   if (PyModule_AddIntConstant(m, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_CLASSIC_FLAGS", DEVBUFPY_BUF_CLASSIC_FLAGS) < 0 ||
       PyModule_AddStringConstant(m, "SUPPORTED_FLAGS_ATTR", DEVBUFPY_SUPPORTED_FLAGS_ATTR) < 0 ||
       PyModule_AddStringConstant(m, "__version__", devbuf_version()) < 0)
-    goto fail;
-  return m;
-fail:
-  Py_DECREF(m);
-  return NULL;
+    return -1;
+  PyObject *contents = PyDict_New(), *key, *value;
+  Py_ssize_t pos = 0;
+  if (contents == NULL) return -1;
+  while (PyDict_Next(PyModule_GetDict(m), &pos, &key, &value)) {
+    if (own_dunder(key)) continue;
+    if (PyDict_SetItem(contents, key, value) < 0) {
+      Py_DECREF(contents);
+      return -1;
+    }
+  }
+  g_contents = contents;
+  return 0;
+}
+
+static int module_exec(PyObject *m) {
+  if (g_contents == NULL) return module_exec_first(m);
+  PyObject *dict = PyModule_GetDict(m), *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(g_contents, &pos, &key, &value)) {
+    int has = PyDict_Contains(dict, key); /* the functions of module_methods are its own */
+    if (has < 0 || (!has && PyDict_SetItem(dict, key, value) < 0)) return -1;
+  }
+  return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, (void *)module_exec},
+#ifdef Py_mod_multiple_interpreters /* 3.12+; older versions have no per-interpreter GIL */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "devbuf._devbuf",
+    .m_doc = "The C core of the devbuf package (use `import devbuf`).",
+    .m_size = 0, /* no per-module state: see above */
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__devbuf(void) { return PyModuleDef_Init(&module_def); }
+
+/* ---- per-interpreter objects ------------------------------------------------------------- */
+
+static PyObject *interp_dict(void) {
+  PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
+  if (d == NULL && !PyErr_Occurred())
+    PyErr_SetString(PyExc_RuntimeError, "devbuf: this interpreter has no state dict");
+  return d;
+}
+
+PyObject *dbp_interp_get(const char *key) {
+  PyObject *d = interp_dict();
+  if (d == NULL) return NULL;
+  return PyDict_GetItemString(d, key); /* borrowed; NULL without an exception if absent */
+}
+
+int dbp_interp_set(const char *key, PyObject *value) {
+  PyObject *d = interp_dict();
+  if (d == NULL) return -1;
+  if (value != NULL) return PyDict_SetItemString(d, key, value);
+  if (PyDict_GetItemString(d, key) == NULL) return 0;
+  return PyDict_DelItemString(d, key);
 }

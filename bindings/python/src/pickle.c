@@ -567,17 +567,25 @@ static PyObject *pk_staging_cache(PyObject *mod, PyObject *const *args, Py_ssize
 
 /* ---- __reduce_ex__ -------------------------------------------------------------- */
 
-static PyObject *g_reduce; /* devbuf._pickle._reduce, imported on first use */
+/* This interpreter's devbuf._pickle._reduce, imported on first use. */
+#define DBP_REDUCE_KEY "devbuf.pickle_reduce"
 
 static PyObject *pk_reduce_ex(PyObject *self, PyObject *protocol) {
-  if (g_reduce == NULL) {
+  PyObject *reduce = dbp_interp_get(DBP_REDUCE_KEY);
+  if (reduce == NULL) {
+    if (PyErr_Occurred()) return NULL;
     PyObject *m = PyImport_ImportModule("devbuf._pickle");
     if (m == NULL) return NULL;
-    g_reduce = PyObject_GetAttrString(m, "_reduce");
+    PyObject *fn = PyObject_GetAttrString(m, "_reduce");
     Py_DECREF(m);
-    if (g_reduce == NULL) return NULL;
+    if (fn == NULL) return NULL;
+    int rc = dbp_interp_set(DBP_REDUCE_KEY, fn);
+    Py_DECREF(fn);
+    if (rc < 0) return NULL;
+    reduce = dbp_interp_get(DBP_REDUCE_KEY);
+    if (reduce == NULL) return NULL;
   }
-  return PyObject_CallFunctionObjArgs(g_reduce, self, protocol, NULL);
+  return PyObject_CallFunctionObjArgs(reduce, self, protocol, NULL);
 }
 
 static PyMethodDef reduce_method = {

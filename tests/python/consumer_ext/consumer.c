@@ -399,31 +399,43 @@ static PyMethodDef methods[] = {
     {NULL},
 };
 
-static struct PyModuleDef moddef = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "devbuf_consumer",
-    .m_doc = "A third-party consumer built only on devbuf_buffer.h",
-    .m_size = -1,
-    .m_methods = methods,
-};
-
-PyMODINIT_FUNC PyInit_devbuf_consumer(void) {
+/* Multi-phase init, declaring what it supports, as devbuf_buffer.h asks of a
+ * module whose static types advertise flags: CPython 3.12+ then refuses an
+ * isolated (own-GIL) subinterpreter before exec runs, so the static types are
+ * never readied with objects of an interpreter that dies (issue 24). Exec
+ * may run again (a legacy subinterpreter): every step is idempotent. */
+static int consumer_exec(PyObject *m) {
   if (PyType_Ready(&Held_Type) < 0 || PyType_Ready(&Exporter_Type) < 0 ||
       PyType_Ready(&SimpleOnly_Type) < 0)
-    return NULL;
+    return -1;
   if (DevbufPy_SetBufferSupportedFlags(&Exporter_Type, DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE) < 0 ||
       DevbufPy_SetBufferSupportedFlags(&SimpleOnly_Type, -1) < 0)
-    return NULL;
-  PyObject *m = PyModule_Create(&moddef);
-  if (m == NULL) return NULL;
+    return -1;
   if (PyModule_AddObjectRef(m, "Held", (PyObject *)&Held_Type) < 0 ||
       PyModule_AddObjectRef(m, "Exporter", (PyObject *)&Exporter_Type) < 0 ||
       PyModule_AddObjectRef(m, "SimpleOnly", (PyObject *)&SimpleOnly_Type) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
-      PyModule_AddStringConstant(m, "FAKE_DEVICE", FAKE_DEVICE) < 0) {
-    Py_DECREF(m);
-    return NULL;
-  }
-  return m;
+      PyModule_AddStringConstant(m, "FAKE_DEVICE", FAKE_DEVICE) < 0)
+    return -1;
+  return 0;
 }
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, (void *)consumer_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "devbuf_consumer",
+    .m_doc = "A third-party consumer built only on devbuf_buffer.h",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC PyInit_devbuf_consumer(void) { return PyModuleDef_Init(&moddef); }

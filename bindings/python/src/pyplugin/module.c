@@ -378,17 +378,20 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moddef = {
-    PyModuleDef_HEAD_INIT, "devbuf._pyplugin",
-    "libffi closures: plugin tables, dtype namespaces and extension functions written in "
-    "Python. Use it through devbuf.plugin.",
-    -1, methods, NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__pyplugin(void) {
-  PyObject *m = PyModule_Create(&moddef);
-  if (m == NULL) return NULL;
-  if (PyType_Ready(&PpClosure_Type) < 0) goto fail;
+/* Multi-phase, so that the check below runs in the importing interpreter
+ * (3.13 runs a single-phase PyInit in the main interpreter even for an
+ * import from a subinterpreter) and before anything is made: plugin threads
+ * enter Python through PyGILState_Ensure, which knows only the main
+ * interpreter, and the registry is process-wide. Refused there, a
+ * subinterpreter leaves no object of its own behind (issue 24). */
+static int pp_exec(PyObject *m) {
+  if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+    PyErr_SetString(PyExc_ImportError,
+                    "devbuf._pyplugin (devbuf.plugin) does not support loading in "
+                    "subinterpreters: its C callbacks can only enter the main interpreter");
+    return -1;
+  }
+  if (PyType_Ready(&PpClosure_Type) < 0) return -1;
   {
     PyObject *threading = PyImport_ImportModule("threading");
     PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
@@ -397,18 +400,31 @@ PyMODINIT_FUNC PyInit__pyplugin(void) {
     Py_XDECREF(threading);
     Py_XDECREF(main);
     Py_XDECREF(ident);
-    if (PyErr_Occurred()) goto fail;
+    if (PyErr_Occurred()) return -1;
   }
-  g_registry = PyDict_New();
-  if (g_registry == NULL) goto fail;
-  if (PyModule_AddObjectRef(m, "_registry", g_registry) < 0) goto fail;
-  if (PyModule_AddObjectRef(m, "Closure", (PyObject *)&PpClosure_Type) < 0) goto fail;
-  if (pp_table_init(m) < 0 || pp_namespace_init(m) < 0) goto fail;
+  if (g_registry == NULL && (g_registry = PyDict_New()) == NULL) return -1; /* once per process */
+  if (PyModule_AddObjectRef(m, "_registry", g_registry) < 0) return -1;
+  if (PyModule_AddObjectRef(m, "Closure", (PyObject *)&PpClosure_Type) < 0) return -1;
+  if (pp_table_init(m) < 0 || pp_namespace_init(m) < 0) return -1;
 #ifdef PP_FFI_VERSION /* from pkg-config, set by pyplugin.cmake */
-  if (PyModule_AddStringConstant(m, "ffi_version", PP_FFI_VERSION) < 0) goto fail;
+  if (PyModule_AddStringConstant(m, "ffi_version", PP_FFI_VERSION) < 0) return -1;
 #endif
-  return m;
-fail:
-  Py_DECREF(m);
-  return NULL;
+  return 0;
 }
+
+static PyModuleDef_Slot pp_slots[] = {
+    {Py_mod_exec, (void *)pp_exec},
+#ifdef Py_mod_multiple_interpreters /* 3.12+: refused in an isolated one before exec */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "devbuf._pyplugin",
+    "libffi closures: plugin tables, dtype namespaces and extension functions written in "
+    "Python. Use it through devbuf.plugin.",
+    0, methods, pp_slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__pyplugin(void) { return PyModuleDef_Init(&moddef); }

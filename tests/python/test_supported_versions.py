@@ -1,0 +1,33 @@
+"""pyproject.toml's requires-python names exactly the CPython versions that
+scripts/test-matrix.sh builds and tests, and requirements-matrix.txt pins
+NumPy for each of them (issue 14)."""
+import pathlib
+import re
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_requires_python_is_the_tested_matrix():
+    text = (REPO / "pyproject.toml").read_text()
+    m = re.search(r'^requires-python = ">=3\.(\d+),<3\.(\d+)"$', text, re.M)
+    assert m, "requires-python should read \">=3.A,<3.B\""
+    declared = [f"3.{n}" for n in range(int(m.group(1)), int(m.group(2)))]
+    script = (REPO / "scripts" / "test-matrix.sh").read_text()
+    d = re.search(r"versions=\(([0-9. ]+)\)", script)
+    assert d, "scripts/test-matrix.sh has no default versions=(...)"
+    assert d.group(1).split() == declared
+    classifiers = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', text)
+    assert classifiers == declared
+
+
+def test_every_matrix_version_has_a_numpy_pin():
+    pins = (REPO / "requirements-matrix.txt").read_text()
+    numpy = [line for line in pins.splitlines() if line.startswith("numpy==")]
+    for minor in range(9, 14):
+        v = (3, minor)
+        hits = []
+        for line in numpy:
+            op, want = re.search(r'python_version (==|>=) "3\.(\d+)"', line).groups()
+            if (op == "==" and v == (3, int(want))) or (op == ">=" and v >= (3, int(want))):
+                hits.append(line)
+        assert len(hits) == 1, f"3.{minor}: {hits}"
