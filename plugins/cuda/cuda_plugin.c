@@ -14,25 +14,18 @@
  * release threshold that keeps freed memory in the pool; otherwise it falls
  * back to cuMemAlloc/cuMemFree. See docs/devices/cuda.md. */
 #include <cuda.h>
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "devbuf/plugin.h"
+#include "gpu_common.h"
 
 #define CUDA_PLUGIN_VERSION "0.1.0"
-#define CUDA_DEFAULT_LIBRARY "libcuda.so.1"
 #define CUDA_IDENTIFIER "devbuf.cuda"
 /* cuMemAlloc and the pool allocator return at least 256-byte aligned memory. */
 #define CUDA_NATIVE_ALIGNMENT 256u
-
-#define CUDA_STR_(x) #x
-#define CUDA_STR(x) CUDA_STR_(x)
 
 /* Entry points the plugin cannot work without. */
 #define CUDA_REQUIRED(X)          \
@@ -79,7 +72,7 @@
 
 /* One function pointer per entry point, typed from cuda.h's own declaration
  * (so a signature mismatch is a compile error). `p_##name` pastes the
- * unexpanded name; `&name` expands to the versioned symbol. */
+ * unexpanded name; `&name` and GPU_STR(name) expand to the versioned symbol. */
 #define CUDA_FIELD(name) __typeof__(&name) p_##name;
 typedef struct cuda_api {
   CUDA_REQUIRED(CUDA_FIELD)
@@ -87,11 +80,10 @@ typedef struct cuda_api {
 } cuda_api;
 #undef CUDA_FIELD
 
-/* An over-aligned allocation: mem_free must hand the base back to CUDA. */
-typedef struct cuda_aligned {
-  CUdeviceptr aligned;
-  CUdeviceptr base;
-} cuda_aligned;
+#define CUDA_SYMBOL(name) {GPU_STR(name), offsetof(cuda_api, p_##name)},
+static const gpu_symbol cuda_required[] = {CUDA_REQUIRED(CUDA_SYMBOL)};
+static const gpu_symbol cuda_optional[] = {CUDA_OPTIONAL(CUDA_SYMBOL)};
+#undef CUDA_SYMBOL
 
 typedef struct cuda_device {
   CUdevice dev;
@@ -101,175 +93,89 @@ typedef struct cuda_device {
 } cuda_device;
 
 typedef struct cuda_state {
-  pthread_mutex_t lock;  /* guards lazy set-up (driver and devices) */
-  atomic_int loaded;     /* 1 once the driver was tried (status says how it went) */
-  int status;            /* DEVBUF_OK, or why there is no device */
-  char reason[DEVBUF_ERROR_MESSAGE_SIZE];
-  void *lib;
+  gpu_lazy lazy; /* first: the driver, tried once; lazy.count devices */
   cuda_api api;
   int have_pool_api;
   int driver_version;
-  int count;
   cuda_device *devs;
-
-  pthread_mutex_t align_lock;  /* guards the over-aligned table */
-  atomic_size_t align_count;   /* lets mem_free skip the lock when empty */
-  cuda_aligned *align;
-  size_t align_cap;
+  gpu_align_table align; /* over-aligned allocations */
 } cuda_state;
+
+typedef CUresult cuda_result;
 
 /* ---- errors ----------------------------------------------------------- */
 
-static int cuda_status_of(CUresult r) {
-  switch (r) {
-    case CUDA_ERROR_OUT_OF_MEMORY:
-      return DEVBUF_ENOMEM;
-    case CUDA_ERROR_NO_DEVICE:
-    case CUDA_ERROR_INVALID_DEVICE:
-      return DEVBUF_ENODEV;
-    case CUDA_ERROR_INVALID_VALUE:
-    case CUDA_ERROR_INVALID_HANDLE:
-      return DEVBUF_EINVAL;
-    case CUDA_ERROR_NOT_READY:
-      return DEVBUF_EBUSY;
-    case CUDA_ERROR_NOT_SUPPORTED:
-      return DEVBUF_ENOTSUP;
-    default:
-      return DEVBUF_EBACKEND;
-  }
-}
+static const gpu_status_map cuda_status[] = {
+    {CUDA_ERROR_OUT_OF_MEMORY, DEVBUF_ENOMEM},   {CUDA_ERROR_NO_DEVICE, DEVBUF_ENODEV},
+    {CUDA_ERROR_INVALID_DEVICE, DEVBUF_ENODEV},  {CUDA_ERROR_INVALID_VALUE, DEVBUF_EINVAL},
+    {CUDA_ERROR_INVALID_HANDLE, DEVBUF_EINVAL},  {CUDA_ERROR_NOT_READY, DEVBUF_EBUSY},
+    {CUDA_ERROR_NOT_SUPPORTED, DEVBUF_ENOTSUP},
+};
 
 /* "op: CUDA_ERROR_NAME: driver text (detail)" */
-#if defined(__GNUC__)
-__attribute__((format(printf, 5, 6)))
-#endif
+GPU_PRINTF(5, 6)
 static int cuda_fail(const cuda_state *st, devbuf_error *err, CUresult r, const char *op,
                      const char *fmt, ...) {
   const char *name = NULL, *text = NULL;
-  char detail[256] = "";
-  int code = cuda_status_of(r);
+  va_list ap;
+  int code;
   if (st->api.p_cuGetErrorName == NULL || st->api.p_cuGetErrorName(r, &name) != CUDA_SUCCESS ||
       name == NULL)
     name = "CUDA_ERROR_UNKNOWN";
   if (st->api.p_cuGetErrorString == NULL ||
       st->api.p_cuGetErrorString(r, &text) != CUDA_SUCCESS || text == NULL)
     text = "unrecognized error code";
-  if (fmt != NULL) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-  }
-  devbuf_error_set(err, code, "%s: %s: %s%s%s%s", op, name, text, detail[0] ? " (" : "", detail,
-                   detail[0] ? ")" : "");
-  if (err != NULL) err->backend_code = (int)r;
+  va_start(ap, fmt);
+  code = gpu_fail_v(err, gpu_status_lookup(cuda_status, sizeof cuda_status / sizeof *cuda_status, r),
+                    (int)r, op, name, text, GPU_DETAIL_PAREN, fmt, ap);
+  va_end(ap);
   return code;
 }
 
 /* ---- lazy driver set-up ------------------------------------------------ */
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void cuda_no_device(cuda_state *st, int code, const char *fmt, ...) {
-  va_list ap;
-  st->status = code;
-  va_start(ap, fmt);
-  vsnprintf(st->reason, sizeof st->reason, fmt, ap);
-  va_end(ap);
+/* A failed driver call during set-up: no device, and the driver's words. */
+static void cuda_load_failed(cuda_state *st, CUresult r, const char *op) {
+  devbuf_error e;
+  cuda_fail(st, &e, r, op, NULL);
+  gpu_no_device_err(&st->lazy, &e);
 }
 
-static void cuda_load(cuda_state *st) {
-  const char *libname = getenv("DEVBUF_CUDA_LIBRARY");
-  const char *missing = NULL;
+static void cuda_load(gpu_lazy *lz) {
+  static const char *const defaults[] = {"libcuda.so.1", NULL};
+  cuda_state *st = (cuda_state *)lz;
+  const char *libname = NULL;
   CUresult r;
-  if (libname == NULL || libname[0] == '\0') libname = CUDA_DEFAULT_LIBRARY;
-
-  dlerror();
-  st->lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
-  if (st->lib == NULL) {
-    const char *why = dlerror();
-    cuda_no_device(st, DEVBUF_ENODEV, "dlopen %s: %s", libname, why ? why : "unknown error");
+  if (!gpu_dlopen(lz, "DEVBUF_CUDA_LIBRARY", defaults, &libname)) return;
+  if (!gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, cuda_required,
+                     sizeof cuda_required / sizeof *cuda_required, cuda_optional,
+                     sizeof cuda_optional / sizeof *cuda_optional,
+                     "driver too old for this plugin"))
     return;
-  }
-
-#define CUDA_LOAD_REQUIRED(name)                                                   \
-  if (missing == NULL) {                                                           \
-    *(void **)(&st->api.p_##name) = dlsym(st->lib, CUDA_STR(name));                \
-    if (st->api.p_##name == NULL) missing = CUDA_STR(name);                        \
-  }
-#define CUDA_LOAD_OPTIONAL(name) *(void **)(&st->api.p_##name) = dlsym(st->lib, CUDA_STR(name));
-  CUDA_REQUIRED(CUDA_LOAD_REQUIRED)
-  CUDA_OPTIONAL(CUDA_LOAD_OPTIONAL)
-#undef CUDA_LOAD_REQUIRED
-#undef CUDA_LOAD_OPTIONAL
-  if (missing != NULL) {
-    cuda_no_device(st, DEVBUF_ENODEV,
-                   "dlsym %s in %s: symbol not found (driver too old for this plugin)", missing,
-                   libname);
-    memset(&st->api, 0, sizeof st->api);
-    return;
-  }
   st->have_pool_api = st->api.p_cuMemAllocFromPoolAsync && st->api.p_cuMemFreeAsync &&
                       st->api.p_cuMemPoolCreate && st->api.p_cuMemPoolDestroy &&
                       st->api.p_cuMemPoolSetAttribute;
-
-  r = st->api.p_cuInit(0);
-  if (r != CUDA_SUCCESS) {
-    devbuf_error e;
-    cuda_fail(st, &e, r, "cuInit", NULL);
-    cuda_no_device(st, DEVBUF_ENODEV, "%s", e.message);
-    return;
-  }
+  if ((r = st->api.p_cuInit(0)) != CUDA_SUCCESS) return cuda_load_failed(st, r, "cuInit");
   if (st->api.p_cuDriverGetVersion(&st->driver_version) != CUDA_SUCCESS) st->driver_version = 0;
-  r = st->api.p_cuDeviceGetCount(&st->count);
-  if (r != CUDA_SUCCESS) {
-    devbuf_error e;
-    cuda_fail(st, &e, r, "cuDeviceGetCount", NULL);
-    cuda_no_device(st, DEVBUF_ENODEV, "%s", e.message);
-    st->count = 0;
-    return;
-  }
-  if (st->count <= 0) {
-    st->count = 0;
-    cuda_no_device(st, DEVBUF_ENODEV, "cuDeviceGetCount: the driver reports 0 CUDA devices");
-    return;
-  }
-  st->devs = calloc((size_t)st->count, sizeof *st->devs);
-  if (st->devs == NULL) {
-    st->count = 0;
-    cuda_no_device(st, DEVBUF_ENOMEM, "cuda: out of host memory for the device table");
-    return;
-  }
-  for (int i = 0; i < st->count; i++) {
+  if ((r = st->api.p_cuDeviceGetCount(&lz->count)) != CUDA_SUCCESS)
+    return cuda_load_failed(st, r, "cuDeviceGetCount");
+  if (lz->count <= 0)
+    return gpu_no_device(lz, DEVBUF_ENODEV, "cuDeviceGetCount: the driver reports 0 CUDA devices");
+  st->devs = calloc((size_t)lz->count, sizeof *st->devs);
+  if (st->devs == NULL)
+    return gpu_no_device(lz, DEVBUF_ENOMEM, "cuda: out of host memory for the device table");
+  for (int i = 0; i < lz->count; i++) {
     r = st->api.p_cuDeviceGet(&st->devs[i].dev, i);
     if (r != CUDA_SUCCESS) {
       devbuf_error e;
       cuda_fail(st, &e, r, "cuDeviceGet", "ordinal %d", i);
-      cuda_no_device(st, DEVBUF_ENODEV, "%s", e.message);
+      gpu_no_device_err(lz, &e);
       free(st->devs);
       st->devs = NULL;
-      st->count = 0;
       return;
     }
   }
-  st->status = DEVBUF_OK;
-  st->reason[0] = '\0';
-}
-
-/* The driver is tried once; the outcome (devices, or why none) is kept. */
-static int cuda_ensure(cuda_state *st, devbuf_error *err) {
-  if (st == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf.cuda: NULL plugin state");
-  if (!atomic_load_explicit(&st->loaded, memory_order_acquire)) {
-    pthread_mutex_lock(&st->lock);
-    if (!atomic_load_explicit(&st->loaded, memory_order_relaxed)) {
-      cuda_load(st);
-      atomic_store_explicit(&st->loaded, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&st->lock);
-  }
-  if (st->status != DEVBUF_OK) return devbuf_error_set(err, st->status, "%s", st->reason);
-  return DEVBUF_OK;
+  lz->status = DEVBUF_OK;
 }
 
 /* Set up the device's pool once its context is current. A pool that cannot
@@ -306,55 +212,49 @@ static void cuda_make_pool(cuda_state *st, cuda_device *d) {
   }
 }
 
-/* The device, with its primary context retained (first use only). */
-static int cuda_device_get(cuda_state *st, int device, cuda_device **out, devbuf_error *err) {
-  cuda_device *d;
-  int rc = cuda_ensure(st, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (device < 0 || device >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV, "devbuf.cuda: no device %d (%d device%s)", device,
-                            st->count, st->count == 1 ? "" : "s");
-  d = &st->devs[device];
-  if (!atomic_load_explicit(&d->ready, memory_order_acquire)) {
-    pthread_mutex_lock(&st->lock);
-    if (!atomic_load_explicit(&d->ready, memory_order_relaxed)) {
-      CUcontext prev = NULL;
-      CUresult r = st->api.p_cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
-      if (r != CUDA_SUCCESS) {
-        pthread_mutex_unlock(&st->lock);
-        return cuda_fail(st, err, r, "cuDevicePrimaryCtxRetain", "device %d", device);
-      }
-      r = st->api.p_cuCtxPushCurrent(d->ctx);
-      if (r != CUDA_SUCCESS) {
-        st->api.p_cuDevicePrimaryCtxRelease(d->dev);
-        pthread_mutex_unlock(&st->lock);
-        return cuda_fail(st, err, r, "cuCtxPushCurrent", "device %d", device);
-      }
-      cuda_make_pool(st, d);
-      st->api.p_cuCtxPopCurrent(&prev);
-      atomic_store_explicit(&d->ready, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&st->lock);
+/* First use of a device (under the lazy lock): retain its primary context
+ * and make its pool there. */
+typedef struct cuda_setup {
+  cuda_state *st;
+  int device;
+} cuda_setup;
+
+static int cuda_device_setup(void *ctx, devbuf_error *err) {
+  cuda_setup *a = ctx;
+  cuda_state *st = a->st;
+  cuda_device *d = &st->devs[a->device];
+  CUcontext prev = NULL;
+  CUresult r = st->api.p_cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+  if (r != CUDA_SUCCESS)
+    return cuda_fail(st, err, r, "cuDevicePrimaryCtxRetain", "device %d", a->device);
+  r = st->api.p_cuCtxPushCurrent(d->ctx);
+  if (r != CUDA_SUCCESS) {
+    st->api.p_cuDevicePrimaryCtxRelease(d->dev);
+    return cuda_fail(st, err, r, "cuCtxPushCurrent", "device %d", a->device);
   }
-  *out = d;
+  cuda_make_pool(st, d);
+  st->api.p_cuCtxPopCurrent(&prev);
   return DEVBUF_OK;
 }
 
 /* Make the device's context current for the duration of a call, restoring
  * the caller's afterwards. */
 typedef struct cuda_scope {
+  cuda_device *dev;
   int pushed;
 } cuda_scope;
 
-static int cuda_enter(cuda_state *st, int device, cuda_device **dev, cuda_scope *scope,
-                      devbuf_error *err) {
+static int cuda_enter(cuda_state *st, int device, cuda_scope *scope, devbuf_error *err) {
   CUcontext cur = NULL;
   CUresult r;
-  int rc = cuda_device_get(st, device, dev, err);
+  cuda_setup setup = {st, device};
+  int rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
   scope->pushed = 0;
+  if (rc == DEVBUF_OK) rc = gpu_once(&st->lazy, &st->devs[device].ready, cuda_device_setup, &setup, err);
   if (rc != DEVBUF_OK) return rc;
-  if (st->api.p_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == (*dev)->ctx) return DEVBUF_OK;
-  r = st->api.p_cuCtxPushCurrent((*dev)->ctx);
+  scope->dev = &st->devs[device];
+  if (st->api.p_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == scope->dev->ctx) return DEVBUF_OK;
+  r = st->api.p_cuCtxPushCurrent(scope->dev->ctx);
   if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuCtxPushCurrent", "device %d", device);
   scope->pushed = 1;
   return DEVBUF_OK;
@@ -373,18 +273,17 @@ static void cuda_leave(cuda_state *st, cuda_scope *scope) {
 static int cuda_init(void **state, devbuf_error *err) {
   /* Cheap by contract: no dlopen, no driver call. */
   cuda_state *st = calloc(1, sizeof *st);
+  int rc;
   if (st == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.cuda init: out of memory");
-  if (pthread_mutex_init(&st->lock, NULL) != 0) {
-    free(st);
-    return devbuf_error_set(err, DEVBUF_EINIT, "devbuf.cuda init: pthread_mutex_init failed");
+  rc = gpu_lazy_init(&st->lazy, CUDA_IDENTIFIER, cuda_load, err);
+  if (rc == DEVBUF_OK && !gpu_align_init(&st->align)) {
+    gpu_lazy_destroy(&st->lazy);
+    rc = devbuf_error_set(err, DEVBUF_EINIT, "devbuf.cuda init: pthread_mutex_init failed");
   }
-  if (pthread_mutex_init(&st->align_lock, NULL) != 0) {
-    pthread_mutex_destroy(&st->lock);
+  if (rc != DEVBUF_OK) {
     free(st);
-    return devbuf_error_set(err, DEVBUF_EINIT, "devbuf.cuda init: pthread_mutex_init failed");
+    return rc;
   }
-  atomic_init(&st->loaded, 0);
-  atomic_init(&st->align_count, 0);
   *state = st;
   return DEVBUF_OK;
 }
@@ -392,7 +291,7 @@ static int cuda_init(void **state, devbuf_error *err) {
 static void cuda_shutdown(void *state) {
   cuda_state *st = state;
   if (st == NULL) return;
-  for (int i = 0; i < st->count; i++) {
+  for (int i = 0; i < st->lazy.count; i++) {
     cuda_device *d = &st->devs[i];
     if (!atomic_load(&d->ready)) continue;
     if (d->pool != NULL && st->api.p_cuCtxPushCurrent(d->ctx) == CUDA_SUCCESS) {
@@ -403,43 +302,26 @@ static void cuda_shutdown(void *state) {
     }
     st->api.p_cuDevicePrimaryCtxRelease(d->dev);
   }
-  /* libcuda.so.1 stays loaded: the driver keeps threads and exit handlers
-   * that must not outlive its code, and other users may share the handle. */
   free(st->devs);
-  free(st->align);
-  pthread_mutex_destroy(&st->align_lock);
-  pthread_mutex_destroy(&st->lock);
+  gpu_align_destroy(&st->align);
+  gpu_lazy_destroy(&st->lazy);
   free(st);
 }
 
 /* ---- devices ------------------------------------------------------------ */
 
-static int cuda_device_count(void *state, int *count, devbuf_error *err) {
-  cuda_state *st = state;
-  int rc;
-  if (count == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_count: NULL count");
-  rc = cuda_ensure(st, err);
-  *count = rc == DEVBUF_OK ? st->count : 0;
-  return rc;
-}
-
 static int cuda_device_props(void *state, int device, devbuf_device_props *props,
                              devbuf_error *err) {
   cuda_state *st = state;
   devbuf_device_props p;
-  size_t n;
   size_t total = 0;
-  int pageable = 0, rc;
+  int pageable = 0, rc, ctx_active = 0;
   unsigned int ctx_flags = 0;
-  int ctx_active = 0;
   CUresult r;
   cuda_device *d;
   if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: NULL props");
-  rc = cuda_ensure(st, err);
+  rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
   if (rc != DEVBUF_OK) return rc;
-  if (device < 0 || device >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV, "devbuf.cuda: no device %d (%d device%s)", device,
-                            st->count, st->count == 1 ? "" : "s");
   d = &st->devs[device];
   memset(&p, 0, sizeof p);
   r = st->api.p_cuDeviceGetName(p.name, (int)sizeof p.name, d->dev);
@@ -463,65 +345,16 @@ static int cuda_device_props(void *state, int device, devbuf_device_props *props
   if (st->api.p_cuDevicePrimaryCtxGetState(d->dev, &ctx_flags, &ctx_active) == CUDA_SUCCESS &&
       ctx_active) {
     cuda_scope scope;
-    if (cuda_enter(st, device, &d, &scope, NULL) == DEVBUF_OK) {
+    if (cuda_enter(st, device, &scope, NULL) == DEVBUF_OK) {
       size_t free_b = 0, total_b = 0;
       if (st->api.p_cuMemGetInfo(&free_b, &total_b) == CUDA_SUCCESS) p.free_memory = free_b;
       cuda_leave(st, &scope);
     }
   }
-  /* Never write past the caller's struct_size. */
-  n = props->struct_size ? props->struct_size : sizeof p;
-  if (n > sizeof p) n = sizeof p;
-  if (n < offsetof(devbuf_device_props, flags) + sizeof p.flags)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: struct_size %u is too small",
-                            (unsigned)props->struct_size);
-  p.struct_size = (uint32_t)n;
-  memcpy(props, &p, n);
-  return DEVBUF_OK;
+  return gpu_props_copy_out(props, &p, err);
 }
 
 /* ---- memory ------------------------------------------------------------ */
-
-static int cuda_align_remember(cuda_state *st, CUdeviceptr aligned, CUdeviceptr base) {
-  int ok = 1;
-  pthread_mutex_lock(&st->align_lock);
-  size_t n = atomic_load(&st->align_count);
-  if (n == st->align_cap) {
-    size_t cap = st->align_cap ? st->align_cap * 2 : 16;
-    cuda_aligned *grown = realloc(st->align, cap * sizeof *grown);
-    if (grown == NULL) {
-      ok = 0;
-    } else {
-      st->align = grown;
-      st->align_cap = cap;
-    }
-  }
-  if (ok) {
-    st->align[n].aligned = aligned;
-    st->align[n].base = base;
-    atomic_store(&st->align_count, n + 1);
-  }
-  pthread_mutex_unlock(&st->align_lock);
-  return ok;
-}
-
-/* The base to free for `ptr` (ptr itself unless over-aligned). */
-static CUdeviceptr cuda_align_forget(cuda_state *st, CUdeviceptr ptr) {
-  CUdeviceptr base = ptr;
-  if (atomic_load_explicit(&st->align_count, memory_order_relaxed) == 0) return base;
-  pthread_mutex_lock(&st->align_lock);
-  size_t n = atomic_load(&st->align_count);
-  for (size_t i = 0; i < n; i++) {
-    if (st->align[i].aligned == ptr) {
-      base = st->align[i].base;
-      st->align[i] = st->align[n - 1];
-      atomic_store(&st->align_count, n - 1);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&st->align_lock);
-  return base;
-}
 
 static CUresult cuda_raw_alloc(cuda_state *st, cuda_device *d, CUdeviceptr *p, size_t size,
                                CUstream stream, const char **op) {
@@ -546,362 +379,190 @@ static CUresult cuda_raw_free(cuda_state *st, cuda_device *d, CUdeviceptr p, CUs
 static int cuda_mem_alloc(void *state, int device, size_t size, size_t alignment, void *stream,
                           void **ptr, devbuf_error *err) {
   cuda_state *st = state;
-  cuda_device *d;
   cuda_scope scope;
-  CUdeviceptr base = 0, aligned;
-  size_t request = size ? size : 1; /* size 0 still yields a unique pointer */
-  const char *op = "cuMemAlloc";
+  CUdeviceptr base = 0;
+  uintptr_t aligned;
+  size_t request;
+  const char *op;
   CUresult r;
-  int rc;
-  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: NULL ptr");
-  *ptr = NULL;
-  if (alignment & (alignment - 1))
-    return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: alignment %zu is not a power of two",
-                            alignment);
-  if (alignment > CUDA_NATIVE_ALIGNMENT) {
-    if (request > SIZE_MAX - alignment)
-      return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: %zu bytes aligned to %zu overflows",
-                              size, alignment);
-    request += alignment;
-  }
-  rc = cuda_enter(st, device, &d, &scope, err);
+  int rc = gpu_alloc_request(ptr, size, alignment, CUDA_NATIVE_ALIGNMENT, &request, err);
+  if (rc == DEVBUF_OK) rc = cuda_enter(st, device, &scope, err);
   if (rc != DEVBUF_OK) return rc;
-  r = cuda_raw_alloc(st, d, &base, request, (CUstream)stream, &op);
+  r = cuda_raw_alloc(st, scope.dev, &base, request, (CUstream)stream, &op);
   if (r != CUDA_SUCCESS) {
     cuda_leave(st, &scope);
     return cuda_fail(st, err, r, op, "%zu bytes on device %d", size, device);
   }
-  aligned = base;
-  if (alignment > CUDA_NATIVE_ALIGNMENT) {
-    aligned = (base + (CUdeviceptr)alignment - 1) & ~(CUdeviceptr)(alignment - 1);
-    if (aligned != base && !cuda_align_remember(st, aligned, base)) {
-      const char *fop;
-      cuda_raw_free(st, d, base, (CUstream)stream, &fop);
-      cuda_leave(st, &scope);
-      return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: out of host memory");
-    }
+  aligned = gpu_align_up((uintptr_t)base, alignment, CUDA_NATIVE_ALIGNMENT);
+  if (aligned != (uintptr_t)base && !gpu_align_remember(&st->align, aligned, (uintptr_t)base)) {
+    cuda_raw_free(st, scope.dev, base, (CUstream)stream, &op);
+    cuda_leave(st, &scope);
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: out of host memory");
   }
   cuda_leave(st, &scope);
-  *ptr = (void *)(uintptr_t)aligned;
+  *ptr = (void *)aligned;
   return DEVBUF_OK;
 }
 
 static int cuda_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUdeviceptr base;
-  const char *op;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (ptr == NULL) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "mem_free: NULL pointer");
-  }
-  base = cuda_align_forget(st, (CUdeviceptr)(uintptr_t)ptr);
-  r = cuda_raw_free(st, d, base, (CUstream)stream, &op);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, op, "%p on device %d", ptr, device);
-  return DEVBUF_OK;
+  const char *op = "cuMemFree";
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, ptr != NULL, "mem_free: NULL pointer");
+  r = cuda_raw_free(st, scope.dev, gpu_align_forget(&st->align, (uintptr_t)ptr), (CUstream)stream,
+                    &op);
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, op);
 }
 
 static int cuda_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUresult r;
-  int rc;
-  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "host_alloc: NULL ptr");
-  *ptr = NULL;
-  rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
+  void *p = NULL;
+  if (gpu_check_out(ptr, "host_alloc", "ptr", err) != DEVBUF_OK) return DEVBUF_EINVAL;
+  GPU_SCOPE_BEGIN(cuda);
   /* PORTABLE: pinned for every context, so any device may use it. */
-  r = st->api.p_cuMemHostAlloc(ptr, size ? size : 1, CU_MEMHOSTALLOC_PORTABLE);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) {
-    *ptr = NULL;
-    return cuda_fail(st, err, r, "cuMemHostAlloc", "%zu bytes", size);
-  }
-  return DEVBUF_OK;
+  r = st->api.p_cuMemHostAlloc(&p, size ? size : 1, CU_MEMHOSTALLOC_PORTABLE);
+  if (r == CUDA_SUCCESS) *ptr = p;
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuMemHostAlloc");
 }
 
 static int cuda_host_free(void *state, int device, void *ptr, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (ptr == NULL) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "host_free: NULL pointer");
-  }
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, ptr != NULL, "host_free: NULL pointer");
   r = st->api.p_cuMemFreeHost(ptr);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuMemFreeHost", "%p", ptr);
-  return DEVBUF_OK;
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuMemFreeHost");
 }
 
 /* ---- copies -------------------------------------------------------------- */
 
-static int cuda_offset(CUdeviceptr base, size_t offset, CUdeviceptr *out) {
-  if (offset > (CUdeviceptr)-1 - base) return 0;
-  *out = base + offset;
-  return 1;
+enum { CUDA_H2D, CUDA_D2H, CUDA_D2D };
+
+/* All three directions: the checks are shared, only the driver call differs. */
+static int cuda_copy(void *state, int device, int kind, void *dst, size_t dst_offset,
+                     const void *src, size_t src_offset, size_t nbytes, void *stream,
+                     devbuf_error *err) {
+  static const char *const what[] = {"copy_h2d", "copy_d2h", "copy_d2d"};
+  static const char *const ops[] = {"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
+                                    "cuMemcpyDtoDAsync"};
+  uintptr_t to = 0, from = 0;
+  int nothing = 0;
+  GPU_SCOPE_BEGIN(cuda);
+  rc = gpu_check_copy(what[kind], dst, dst_offset, src, src_offset, nbytes, &to, &from, &nothing,
+                      err);
+  if (rc != DEVBUF_OK || nothing) {
+    cuda_leave(st, &scope);
+    return rc;
+  }
+  if (kind == CUDA_H2D)
+    r = st->api.p_cuMemcpyHtoDAsync((CUdeviceptr)to, (const void *)from, nbytes, (CUstream)stream);
+  else if (kind == CUDA_D2H)
+    r = st->api.p_cuMemcpyDtoHAsync((void *)to, (CUdeviceptr)from, nbytes, (CUstream)stream);
+  else
+    r = st->api.p_cuMemcpyDtoDAsync((CUdeviceptr)to, (CUdeviceptr)from, nbytes, (CUstream)stream);
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, ops[kind]);
 }
 
 static int cuda_copy_h2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
                          size_t nbytes, void *stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUdeviceptr to;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (nbytes == 0) goto done;
-  if (dst == NULL || src == NULL) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_h2d: NULL %s", dst ? "src" : "dst");
-  }
-  if (!cuda_offset((CUdeviceptr)(uintptr_t)dst, dst_offset, &to)) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_h2d: offset %zu overflows", dst_offset);
-  }
-  r = st->api.p_cuMemcpyHtoDAsync(to, src, nbytes, (CUstream)stream);
-  if (r != CUDA_SUCCESS) {
-    cuda_leave(st, &scope);
-    return cuda_fail(st, err, r, "cuMemcpyHtoDAsync", "%zu bytes to %p+%zu on device %d", nbytes,
-                     dst, dst_offset, device);
-  }
-done:
-  cuda_leave(st, &scope);
-  return DEVBUF_OK;
+  return cuda_copy(state, device, CUDA_H2D, dst, dst_offset, src, 0, nbytes, stream, err);
 }
 
 static int cuda_copy_d2h(void *state, int device, void *dst, const void *src, size_t src_offset,
                          size_t nbytes, void *stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUdeviceptr from;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (nbytes == 0) goto done;
-  if (dst == NULL || src == NULL) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2h: NULL %s", dst ? "src" : "dst");
-  }
-  if (!cuda_offset((CUdeviceptr)(uintptr_t)src, src_offset, &from)) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2h: offset %zu overflows", src_offset);
-  }
-  r = st->api.p_cuMemcpyDtoHAsync(dst, from, nbytes, (CUstream)stream);
-  if (r != CUDA_SUCCESS) {
-    cuda_leave(st, &scope);
-    return cuda_fail(st, err, r, "cuMemcpyDtoHAsync", "%zu bytes from %p+%zu on device %d",
-                     nbytes, src, src_offset, device);
-  }
-done:
-  cuda_leave(st, &scope);
-  return DEVBUF_OK;
+  return cuda_copy(state, device, CUDA_D2H, dst, 0, src, src_offset, nbytes, stream, err);
 }
 
 static int cuda_copy_d2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
                          size_t src_offset, size_t nbytes, void *stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUdeviceptr to, from;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (nbytes == 0) goto done;
-  if (dst == NULL || src == NULL) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2d: NULL %s", dst ? "src" : "dst");
-  }
-  if (!cuda_offset((CUdeviceptr)(uintptr_t)dst, dst_offset, &to) ||
-      !cuda_offset((CUdeviceptr)(uintptr_t)src, src_offset, &from)) {
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2d: offset overflows");
-  }
-  r = st->api.p_cuMemcpyDtoDAsync(to, from, nbytes, (CUstream)stream);
-  if (r != CUDA_SUCCESS) {
-    cuda_leave(st, &scope);
-    return cuda_fail(st, err, r, "cuMemcpyDtoDAsync", "%zu bytes on device %d", nbytes, device);
-  }
-done:
-  cuda_leave(st, &scope);
-  return DEVBUF_OK;
+  return cuda_copy(state, device, CUDA_D2D, dst, dst_offset, src, src_offset, nbytes, stream, err);
 }
 
 /* ---- streams ---------------------------------------------------------- */
 
 static int cuda_stream_create(void *state, int device, void **stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
   CUstream s = NULL;
-  CUresult r;
-  int rc;
-  if (stream == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_create: NULL stream");
-  *stream = NULL;
-  rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
+  if (gpu_check_out(stream, "stream_create", "stream", err) != DEVBUF_OK) return DEVBUF_EINVAL;
+  GPU_SCOPE_BEGIN(cuda);
   /* Non-blocking: does not serialise with the legacy default stream, which
    * other libraries' synchronous calls use. */
   r = st->api.p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuStreamCreate", "device %d", device);
-  *stream = s;
-  return DEVBUF_OK;
+  if (r == CUDA_SUCCESS) *stream = s;
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamCreate");
 }
 
 static int cuda_stream_destroy(void *state, int device, void *stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (stream == NULL) { /* the default stream was never created, so cannot be destroyed */
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_EINVAL, "stream_destroy: NULL is the default stream");
-  }
+  GPU_SCOPE_BEGIN(cuda);
+  /* The default stream was never created, so cannot be destroyed. */
+  GPU_SCOPE_NEED(cuda, stream != NULL, "stream_destroy: NULL is the default stream");
   r = st->api.p_cuStreamDestroy((CUstream)stream);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuStreamDestroy", "device %d", device);
-  return DEVBUF_OK;
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamDestroy");
 }
 
 static int cuda_stream_synchronize(void *state, int device, void *stream, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
-  CUresult r;
-  int rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
+  GPU_SCOPE_BEGIN(cuda);
   r = st->api.p_cuStreamSynchronize((CUstream)stream);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuStreamSynchronize", "device %d", device);
-  return DEVBUF_OK;
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamSynchronize");
 }
 
 /* ---- events --------------------------------------------------------- */
 
 static int cuda_event_create(void *state, int device, void **event, devbuf_error *err) {
-  cuda_state *st = state;
-  cuda_device *d;
-  cuda_scope scope;
   CUevent e = NULL;
-  CUresult r;
-  int rc;
-  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_create: NULL event");
-  *event = NULL;
-  rc = cuda_enter(st, device, &d, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
+  if (gpu_check_out(event, "event_create", "event", err) != DEVBUF_OK) return DEVBUF_EINVAL;
+  GPU_SCOPE_BEGIN(cuda);
   /* Timing costs a timestamp write per record; sync events never need it. */
   r = st->api.p_cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-  cuda_leave(st, &scope);
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuEventCreate", "device %d", device);
-  *event = e;
-  return DEVBUF_OK;
+  if (r == CUDA_SUCCESS) *event = e;
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventCreate");
 }
 
-/* Shared shape of the event calls: enter, check the event, one driver call. */
-#define CUDA_EVENT_CALL(op, call)                                                    \
-  cuda_state *st = state;                                                            \
-  cuda_device *d;                                                                    \
-  cuda_scope scope;                                                                  \
-  CUresult r;                                                                        \
-  int rc = cuda_enter(st, device, &d, &scope, err);                                  \
-  if (rc != DEVBUF_OK) return rc;                                                    \
-  if (event == NULL) {                                                               \
-    cuda_leave(st, &scope);                                                          \
-    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL event", op);               \
-  }                                                                                  \
-  r = (call);                                                                        \
-  cuda_leave(st, &scope);
-
 static int cuda_event_destroy(void *state, int device, void *event, devbuf_error *err) {
-  CUDA_EVENT_CALL("event_destroy", st->api.p_cuEventDestroy((CUevent)event))
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuEventDestroy", "device %d", device);
-  return DEVBUF_OK;
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, event != NULL, "event_destroy: NULL event");
+  r = st->api.p_cuEventDestroy((CUevent)event);
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventDestroy");
 }
 
 static int cuda_event_record(void *state, int device, void *event, void *stream,
                              devbuf_error *err) {
-  CUDA_EVENT_CALL("event_record", st->api.p_cuEventRecord((CUevent)event, (CUstream)stream))
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuEventRecord", "device %d", device);
-  return DEVBUF_OK;
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, event != NULL, "event_record: NULL event");
+  r = st->api.p_cuEventRecord((CUevent)event, (CUstream)stream);
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventRecord");
 }
 
 static int cuda_stream_wait_event(void *state, int device, void *stream, void *event,
                                   devbuf_error *err) {
-  CUDA_EVENT_CALL("stream_wait_event",
-                  st->api.p_cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0))
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuStreamWaitEvent", "device %d", device);
-  return DEVBUF_OK;
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, event != NULL, "stream_wait_event: NULL event");
+  r = st->api.p_cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0);
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamWaitEvent");
 }
 
 static int cuda_event_synchronize(void *state, int device, void *event, devbuf_error *err) {
-  CUDA_EVENT_CALL("event_synchronize", st->api.p_cuEventSynchronize((CUevent)event))
-  if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuEventSynchronize", "device %d", device);
-  return DEVBUF_OK;
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, event != NULL, "event_synchronize: NULL event");
+  r = st->api.p_cuEventSynchronize((CUevent)event);
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventSynchronize");
 }
 
 static int cuda_event_query(void *state, int device, void *event, devbuf_error *err) {
-  CUDA_EVENT_CALL("event_query", st->api.p_cuEventQuery((CUevent)event))
-  if (r == CUDA_SUCCESS) return DEVBUF_OK;
-  if (r == CUDA_ERROR_NOT_READY) return DEVBUF_EBUSY; /* not an error: just not yet */
-  return cuda_fail(st, err, r, "cuEventQuery", "device %d", device);
+  GPU_SCOPE_BEGIN(cuda);
+  GPU_SCOPE_NEED(cuda, event != NULL, "event_query: NULL event");
+  r = st->api.p_cuEventQuery((CUevent)event);
+  if (r == CUDA_ERROR_NOT_READY) { /* not an error: just not yet */
+    cuda_leave(st, &scope);
+    return DEVBUF_EBUSY;
+  }
+  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventQuery");
 }
-#undef CUDA_EVENT_CALL
 
 /* ---- device_info ------------------------------------------------------ */
-
-#define CUDA_INFO_FLAGS (DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE | DEVBUF_DEVICE_INFO_READONLY)
 
 static int cuda_device_info_export(void *state, const char *identifier, int device, void *event,
                                    void *stream, uint32_t flags, void *out, size_t capacity,
                                    size_t *size, devbuf_error *err) {
-  cuda_state *st = state;
-  int rc;
-  if (identifier == NULL || strcmp(identifier, CUDA_IDENTIFIER) != 0)
-    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                            "device_info_export: devbuf.cuda does not implement \"%s\"",
-                            identifier ? identifier : "(null)");
-  rc = devbuf_device_info_check_out(out, capacity, size, flags, CUDA_INFO_FLAGS, "device_info_export", err);
+  int rc = gpu_info_export_check(state, identifier, device, flags, out, capacity, size, err);
   if (rc != DEVBUF_OK) return rc;
-  rc = cuda_ensure(st, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (device < 0 || device >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV, "device_info_export: no device %d (%d devices)",
-                            device, st->count);
   /* event: a CUevent; stream: a CUstream */
   devbuf_device_info_write(out, size, device, flags, event, stream);
-  return DEVBUF_OK;
-}
-
-static int cuda_device_info_import(void *state, const char *identifier, const void *info,
-                                   devbuf_device_info_desc *out, devbuf_error *err) {
-  cuda_state *st = state;
-  int rc;
-  if (identifier == NULL || strcmp(identifier, CUDA_IDENTIFIER) != 0)
-    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                            "device_info_import: devbuf.cuda does not implement \"%s\"",
-                            identifier ? identifier : "(null)");
-  rc = devbuf_device_info_read(info, CUDA_INFO_FLAGS, out, "device_info_import", err);
-  if (rc != DEVBUF_OK) return rc;
-  rc = cuda_ensure(st, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (out->device_ordinal >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV,
-                            "device_info_import: device_ordinal %d out of range (%d devices)",
-                            (int)out->device_ordinal, st->count);
   return DEVBUF_OK;
 }
 
@@ -919,7 +580,7 @@ static const devbuf_plugin_table cuda_table = {
     .identifiers = cuda_identifiers,
     .init = cuda_init,
     .shutdown = cuda_shutdown,
-    .device_count = cuda_device_count,
+    .device_count = gpu_device_count,
     .device_props = cuda_device_props,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
@@ -936,7 +597,7 @@ static const devbuf_plugin_table cuda_table = {
     .event_synchronize = cuda_event_synchronize,
     .event_query = cuda_event_query,
     .device_info_export = cuda_device_info_export,
-    .device_info_import = cuda_device_info_import,
+    .device_info_import = gpu_info_import,
     .dtype_namespaces = NULL,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,

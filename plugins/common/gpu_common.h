@@ -1,0 +1,263 @@
+/* plugins/common: helpers shared by the GPU plugins (devbuf.cuda, devbuf.hip,
+ * devbuf.level_zero). Internal: built as a static library that each plugin
+ * links, compiled with hidden visibility, so nothing here is ever exported
+ * (a plugin still exports only devbuf_plugin_entry). Not part of the ABI and
+ * not installed: third-party plugins use devbuf/plugin.h alone.
+ *
+ * A library of helpers, not a framework: each plugin keeps its own state,
+ * its own slot functions and its own table; it calls these for the parts
+ * that do not depend on the vendor:
+ *
+ *   gpu_lazy     the vendor library opened at first use, once, and the
+ *                "no device" reason kept for every later call
+ *   gpu_dlopen / gpu_dlsym_all
+ *                the library by environment override or default sonames,
+ *                and its entry points into a vendor's table of pointers
+ *   gpu_fail_v / gpu_status_lookup
+ *                "op: NAME: text (detail)" messages, vendor code -> devbuf code
+ *   gpu_align_*  over-aligned allocations: aligned pointer -> base to free
+ *   gpu_handles_*
+ *                a registry of live stream/event objects, so a bad handle is
+ *                refused instead of dereferenced
+ *   gpu_check_* / gpu_info_* / gpu_props_copy_out
+ *                argument checks and device_info / device_props plumbing that
+ *                every slot repeats
+ *
+ * The vendor files keep only what is truly theirs: function names, types,
+ * error names, and how a device is made current. */
+#ifndef DEVBUF_PLUGINS_GPU_COMMON_H
+#define DEVBUF_PLUGINS_GPU_COMMON_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "devbuf/plugin.h"
+
+#if defined(__GNUC__)
+#define GPU_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define GPU_PRINTF(f, a)
+#endif
+
+/* Two levels, so that a vendor header's renaming macros apply first
+ * (cuda.h maps cuMemAlloc to cuMemAlloc_v2: the symbol to resolve). */
+#define GPU_STR_(x) #x
+#define GPU_STR(x) GPU_STR_(x)
+
+/* ---- the vendor library, opened once at first use ------------------------ */
+
+/* Put first in a plugin's state. `load` runs once, under `lock`, at the first
+ * gpu_lazy_ensure; it opens the library, fills `count`, and on failure
+ * records why with gpu_no_device (status and reason). */
+typedef struct gpu_lazy {
+  pthread_mutex_t lock; /* lazy set-up: the library, and each device's first use */
+  atomic_int loaded;    /* 1 once load ran (status says how it went) */
+  int status;           /* DEVBUF_OK, or why there is no device */
+  char reason[DEVBUF_ERROR_MESSAGE_SIZE];
+  const char *plugin; /* "devbuf.cuda": prefixes messages */
+  void (*load)(struct gpu_lazy *lz);
+  void *lib;
+  int count; /* devices; 0 unless status is DEVBUF_OK */
+} gpu_lazy;
+
+/* No dlopen, no vendor call: cheap, as a plugin's init must be. */
+int gpu_lazy_init(gpu_lazy *lz, const char *plugin, void (*load)(gpu_lazy *), devbuf_error *err);
+void gpu_lazy_destroy(gpu_lazy *lz);
+
+/* Runs load once; then DEVBUF_OK, or the status and reason of the failure.
+ * lz may be NULL (a NULL plugin state): DEVBUF_EINVAL. */
+int gpu_lazy_ensure(gpu_lazy *lz, devbuf_error *err);
+
+/* Inside load: no device, and why (kept for every later call). */
+void gpu_no_device(gpu_lazy *lz, int code, const char *fmt, ...) GPU_PRINTF(3, 4);
+
+/* Inside load: the same, with the message of a failed vendor call. */
+void gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e);
+
+/* ensure, then `device` in range: "devbuf.cuda: no device 2 (2 devices)". */
+int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err);
+
+/* Double-checked one-time set-up of something per device (or per driver):
+ * runs setup(ctx, err) under lz->lock unless *ready, and sets *ready when it
+ * returns DEVBUF_OK. */
+int gpu_once(gpu_lazy *lz, atomic_int *ready, int (*setup)(void *ctx, devbuf_error *err),
+             void *ctx, devbuf_error *err);
+
+/* Open the library: $env_var when set and not empty, else each of
+ * `defaults` (NULL-terminated) in turn. Sets lz->lib and *used (the name
+ * that was tried last); on failure records "dlopen NAME: why" (with "also
+ * tried ..." for the other defaults) and returns 0. */
+int gpu_dlopen(gpu_lazy *lz, const char *env_var, const char *const *defaults, const char **used);
+
+/* One entry point: its (already renamed) symbol name and where its pointer
+ * lives in the vendor's table of function pointers. */
+typedef struct gpu_symbol {
+  const char *name;
+  size_t offset;
+} gpu_symbol;
+
+/* Resolve every `required` symbol from lz->lib into `api` (all or none: on
+ * a missing one, `api` is zeroed and the reason is "dlsym NAME in LIB:
+ * symbol not found (`too_old`)"), then each `optional` one (NULL when the
+ * library lacks it). Returns 1 when every required symbol was found. */
+int gpu_dlsym_all(gpu_lazy *lz, const char *libname, void *api, size_t api_size,
+                  const gpu_symbol *required, size_t nrequired, const gpu_symbol *optional,
+                  size_t noptional, const char *too_old);
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* A vendor result and the devbuf code it means. */
+typedef struct gpu_status_map {
+  long long vendor;
+  int code;
+} gpu_status_map;
+
+/* The devbuf code of `vendor` in `map`, DEVBUF_EBACKEND when absent. */
+int gpu_status_lookup(const gpu_status_map *map, size_t n, long long vendor);
+
+/* How the detail follows: "op: NAME: text (detail)" or "op: NAME: detail". */
+enum { GPU_DETAIL_PAREN = 0, GPU_DETAIL_COLON = 1 };
+
+/* Set err to "op: NAME: text (detail)" (text left out when NULL or equal to
+ * NAME, detail when fmt is NULL or it formats empty) and its backend_code.
+ * Returns code. */
+int gpu_fail_v(devbuf_error *err, int code, int backend_code, const char *op, const char *name,
+               const char *text, int style, const char *fmt, va_list ap) GPU_PRINTF(8, 0);
+
+/* ---- over-aligned allocations ---------------------------------------------- */
+
+/* Alignment beyond what the vendor allocator gives is had by allocating
+ * `alignment` more and rounding up; the table gives mem_free the base. */
+typedef struct gpu_align_entry {
+  uintptr_t aligned, base;
+} gpu_align_entry;
+
+typedef struct gpu_align_table {
+  pthread_mutex_t lock;
+  atomic_size_t count; /* lets gpu_align_forget skip the lock when empty */
+  gpu_align_entry *entries;
+  size_t cap;
+} gpu_align_table;
+
+int gpu_align_init(gpu_align_table *t);
+void gpu_align_destroy(gpu_align_table *t);
+int gpu_align_remember(gpu_align_table *t, uintptr_t aligned, uintptr_t base);
+/* The base to free for `ptr` (ptr itself unless it was over-aligned). */
+uintptr_t gpu_align_forget(gpu_align_table *t, uintptr_t ptr);
+
+/* mem_alloc's checks before any device work: ptr not NULL (*ptr cleared), a
+ * power-of-two alignment, and the size to ask the vendor for (at least 1,
+ * plus `alignment` when it exceeds `native`, checked for overflow). */
+int gpu_alloc_request(void **ptr, size_t size, size_t alignment, size_t native, size_t *request,
+                      devbuf_error *err);
+
+/* The aligned address within [base, base+request) for `alignment`, or base
+ * when `native` already satisfies it. */
+uintptr_t gpu_align_up(uintptr_t base, size_t alignment, size_t native);
+
+/* ---- stream and event handles ---------------------------------------------- */
+
+/* Every plugin object handed out as a stream or event handle, with its kind,
+ * so that a stale or foreign pointer is told apart from a live one without
+ * being dereferenced. Open addressing over pointer hashes. */
+typedef struct gpu_handle_entry {
+  void *ptr; /* NULL: empty; GPU_HANDLE_TOMBSTONE: removed */
+  int kind;
+} gpu_handle_entry;
+
+typedef struct gpu_handles {
+  pthread_mutex_t lock;
+  gpu_handle_entry *entries;
+  size_t cap, used; /* used counts tombstones too, so probing always ends */
+} gpu_handles;
+
+enum { GPU_HANDLE_STREAM = 1, GPU_HANDLE_EVENT = 2 };
+
+int gpu_handles_init(gpu_handles *h);
+void gpu_handles_destroy(gpu_handles *h);
+/* 0 when out of host memory. */
+int gpu_handle_add(gpu_handles *h, void *p, int kind);
+/* The kind of a registered handle, or 0; `remove` unregisters it. */
+int gpu_handle_find(gpu_handles *h, const void *p, int remove);
+
+/* ---- argument checks and slot plumbing ----------------------------------- */
+
+/* A create-style out argument (stream_create, event_create, host_alloc):
+ * "what: NULL name" when NULL, else *out cleared. */
+int gpu_check_out(void **out, const char *what, const char *name, devbuf_error *err);
+
+/* A handle or pointer that must not be NULL: "what: NULL name" (or `why`
+ * when not NULL). */
+int gpu_check_arg(const void *p, const char *what, const char *why, devbuf_error *err);
+
+/* A copy's arguments, checked after the device: *to and *from are dst+offset
+ * and src+offset; returns DEVBUF_OK with *nothing set when nbytes is 0. */
+int gpu_check_copy(const char *what, void *dst, size_t dst_offset, const void *src,
+                   size_t src_offset, size_t nbytes, uintptr_t *to, uintptr_t *from,
+                   int *nothing, devbuf_error *err);
+
+/* device_props: copy `p` out without writing past the caller's struct_size. */
+int gpu_props_copy_out(devbuf_device_props *props, devbuf_device_props *p, devbuf_error *err);
+
+/* The device_info flags every GPU plugin accepts. */
+#define GPU_INFO_FLAGS (DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE | DEVBUF_DEVICE_INFO_READONLY)
+
+/* device_info_export before the handles: the identifier is lz->plugin's,
+ * the output arguments are good (both before any device work), then the
+ * library is loaded and `device` exists. */
+int gpu_info_export_check(gpu_lazy *lz, const char *identifier, int device, uint32_t flags,
+                          const void *out, size_t capacity, const size_t *size,
+                          devbuf_error *err);
+
+/* Slots a plugin can put in its table as they are: `state` is the plugin's
+ * state, whose first member is its gpu_lazy. */
+
+/* device_info_import for a plugin whose device_info carries no private
+ * data: identifier, layout, flags, then the ordinal. */
+int gpu_info_import(void *state, const char *identifier, const void *info,
+                    devbuf_device_info_desc *out, devbuf_error *err);
+
+/* device_count: the number of devices, 0 and the reason when none. */
+int gpu_device_count(void *state, int *count, devbuf_error *err);
+
+/* The frame of a slot that makes vendor calls with the device made current
+ * for the call's duration (CUDA pushes a context, HIP selects the device).
+ * The vendor V provides the types V##_state, V##_scope and V##_result and
+ * the functions V##_enter(st, device, &scope, err), V##_leave(st, &scope)
+ * and V##_fail(st, err, r, op, fmt, ...); the slot's parameters must be
+ * named state, device and err.
+ *
+ *   GPU_SCOPE_BEGIN(V)    declares st, scope, r and rc, and enters (or
+ *                         returns the reason there is no such device);
+ *   GPU_SCOPE_NEED(V, c, msg)
+ *                         leaves and returns DEVBUF_EINVAL "msg" unless c;
+ *   GPU_SCOPE_END(V, ok, op)
+ *                         leaves; DEVBUF_OK when r is ok, else the failure
+ *                         "op: NAME: text (device N)".
+ *
+ * So argument checks come after the device check, as the conformance suite
+ * wants, and no path forgets to restore the caller's device. */
+#define GPU_SCOPE_BEGIN(V)                                              \
+  V##_state *st = state;                                                \
+  V##_scope scope;                                                      \
+  V##_result r;                                                         \
+  int rc = V##_enter(st, device, &scope, err);                          \
+  if (rc != DEVBUF_OK) return rc
+
+#define GPU_SCOPE_NEED(V, cond, msg)                                    \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      V##_leave(st, &scope);                                            \
+      return devbuf_error_set(err, DEVBUF_EINVAL, "%s", msg);           \
+    }                                                                   \
+  } while (0)
+
+#define GPU_SCOPE_END(V, ok, op)                                        \
+  V##_leave(st, &scope);                                                \
+  (void)rc;                                                             \
+  return r == (ok) ? DEVBUF_OK : V##_fail(st, err, r, op, "device %d", device)
+
+#endif
