@@ -50,32 +50,32 @@
 /* ---- the vendor library, opened once at first use ------------------------ */
 
 /* Put first in a plugin's state. `load` runs once, under `lock`, at the first
- * gpu_lazy_ensure; it opens the library, fills `count`, and on failure
- * records why with gpu_no_device (status and reason). */
+ * gpu_lazy_ensure; it opens the library, fills `count` and returns
+ * DEVBUF_OK, or returns what gpu_no_device returned (which records why). */
 typedef struct gpu_lazy {
   pthread_mutex_t lock; /* lazy set-up: the library, and each device's first use */
   atomic_int loaded;    /* 1 once load ran (status says how it went) */
   int status;           /* DEVBUF_OK, or why there is no device */
   char reason[DEVBUF_ERROR_MESSAGE_SIZE];
   const char *plugin; /* "devbuf.cuda": prefixes messages */
-  void (*load)(struct gpu_lazy *lz);
+  int (*load)(struct gpu_lazy *lz);
   void *lib;
   int count; /* devices; 0 unless status is DEVBUF_OK */
 } gpu_lazy;
 
 /* No dlopen, no vendor call: cheap, as a plugin's init must be. */
-int gpu_lazy_init(gpu_lazy *lz, const char *plugin, void (*load)(gpu_lazy *), devbuf_error *err);
+int gpu_lazy_init(gpu_lazy *lz, const char *plugin, int (*load)(gpu_lazy *), devbuf_error *err);
 void gpu_lazy_destroy(gpu_lazy *lz);
 
 /* Runs load once; then DEVBUF_OK, or the status and reason of the failure.
  * lz may be NULL (a NULL plugin state): DEVBUF_EINVAL. */
 int gpu_lazy_ensure(gpu_lazy *lz, devbuf_error *err);
 
-/* Inside load: no device, and why (kept for every later call). */
-void gpu_no_device(gpu_lazy *lz, int code, const char *fmt, ...) GPU_PRINTF(3, 4);
+/* Inside load: no device, and why (kept for every later call). Returns code. */
+int gpu_no_device(gpu_lazy *lz, int code, const char *fmt, ...) GPU_PRINTF(3, 4);
 
-/* Inside load: the same, with the message of a failed vendor call. */
-void gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e);
+/* Inside load: DEVBUF_ENODEV, with the message of a failed vendor call. */
+int gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e);
 
 /* ensure, then `device` in range: "devbuf.cuda: no device 2 (2 devices)". */
 int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err);
@@ -157,6 +157,10 @@ int gpu_alloc_request(void **ptr, size_t size, size_t alignment, size_t native, 
 /* The aligned address within [base, base+request) for `alignment`, or base
  * when `native` already satisfies it. */
 uintptr_t gpu_align_up(uintptr_t base, size_t alignment, size_t native);
+
+/* A stream-ordered pool is wanted unless $env_var is set to something other
+ * than "" or "0" (DEVBUF_CUDA_NO_POOL=1: plain allocation, for debugging). */
+int gpu_pool_wanted(const char *env_var);
 
 /* ---- stream and event handles ---------------------------------------------- */
 

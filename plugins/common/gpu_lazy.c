@@ -7,7 +7,7 @@
 
 #include "gpu_common.h"
 
-int gpu_lazy_init(gpu_lazy *lz, const char *plugin, void (*load)(gpu_lazy *), devbuf_error *err) {
+int gpu_lazy_init(gpu_lazy *lz, const char *plugin, int (*load)(gpu_lazy *), devbuf_error *err) {
   memset(lz, 0, sizeof *lz);
   if (pthread_mutex_init(&lz->lock, NULL) != 0)
     return devbuf_error_set(err, DEVBUF_EINIT, "%s init: pthread_mutex_init failed", plugin);
@@ -29,7 +29,7 @@ int gpu_lazy_ensure(gpu_lazy *lz, devbuf_error *err) {
   if (!atomic_load_explicit(&lz->loaded, memory_order_acquire)) {
     pthread_mutex_lock(&lz->lock);
     if (!atomic_load_explicit(&lz->loaded, memory_order_relaxed)) {
-      lz->load(lz);
+      lz->status = lz->load(lz);
       if (lz->status != DEVBUF_OK) lz->count = 0;
       atomic_store_explicit(&lz->loaded, 1, memory_order_release);
     }
@@ -39,16 +39,17 @@ int gpu_lazy_ensure(gpu_lazy *lz, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-void gpu_no_device(gpu_lazy *lz, int code, const char *fmt, ...) {
+int gpu_no_device(gpu_lazy *lz, int code, const char *fmt, ...) {
   va_list ap;
   lz->status = code;
   va_start(ap, fmt);
   vsnprintf(lz->reason, sizeof lz->reason, fmt, ap);
   va_end(ap);
+  return code;
 }
 
-void gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e) {
-  gpu_no_device(lz, DEVBUF_ENODEV, "%s", e->message);
+int gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e) {
+  return gpu_no_device(lz, DEVBUF_ENODEV, "%s", e->message);
 }
 
 int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err) {

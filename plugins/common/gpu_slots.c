@@ -81,6 +81,11 @@ uintptr_t gpu_align_up(uintptr_t base, size_t alignment, size_t native) {
   return (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
 }
 
+int gpu_pool_wanted(const char *env_var) {
+  const char *off = getenv(env_var);
+  return off == NULL || off[0] == '\0' || strcmp(off, "0") == 0;
+}
+
 /* ---- stream and event handles ---------------------------------------------- */
 
 #define GPU_HANDLE_TOMBSTONE ((void *)(uintptr_t)1)

@@ -135,23 +135,23 @@ static int cuda_fail(const cuda_state *st, devbuf_error *err, CUresult r, const 
 /* ---- lazy driver set-up ------------------------------------------------ */
 
 /* A failed driver call during set-up: no device, and the driver's words. */
-static void cuda_load_failed(cuda_state *st, CUresult r, const char *op) {
+static int cuda_load_failed(cuda_state *st, CUresult r, const char *op) {
   devbuf_error e;
   cuda_fail(st, &e, r, op, NULL);
-  gpu_no_device_err(&st->lazy, &e);
+  return gpu_no_device_err(&st->lazy, &e);
 }
 
-static void cuda_load(gpu_lazy *lz) {
+static int cuda_load(gpu_lazy *lz) {
   static const char *const defaults[] = {"libcuda.so.1", NULL};
   cuda_state *st = (cuda_state *)lz;
   const char *libname = NULL;
   CUresult r;
-  if (!gpu_dlopen(lz, "DEVBUF_CUDA_LIBRARY", defaults, &libname)) return;
+  if (!gpu_dlopen(lz, "DEVBUF_CUDA_LIBRARY", defaults, &libname)) return lz->status;
   if (!gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, cuda_required,
                      sizeof cuda_required / sizeof *cuda_required, cuda_optional,
                      sizeof cuda_optional / sizeof *cuda_optional,
                      "driver too old for this plugin"))
-    return;
+    return lz->status;
   st->have_pool_api = st->api.p_cuMemAllocFromPoolAsync && st->api.p_cuMemFreeAsync &&
                       st->api.p_cuMemPoolCreate && st->api.p_cuMemPoolDestroy &&
                       st->api.p_cuMemPoolSetAttribute;
@@ -169,13 +169,12 @@ static void cuda_load(gpu_lazy *lz) {
     if (r != CUDA_SUCCESS) {
       devbuf_error e;
       cuda_fail(st, &e, r, "cuDeviceGet", "ordinal %d", i);
-      gpu_no_device_err(lz, &e);
       free(st->devs);
       st->devs = NULL;
-      return;
+      return gpu_no_device_err(lz, &e);
     }
   }
-  lz->status = DEVBUF_OK;
+  return DEVBUF_OK;
 }
 
 /* Set up the device's pool once its context is current. A pool that cannot
