@@ -216,52 +216,157 @@ int gpu_info_export_check(gpu_lazy *lz, const char *identifier, int device, uint
                           const void *out, size_t capacity, const size_t *size,
                           devbuf_error *err);
 
-/* Slots a plugin can put in its table as they are: `state` is the plugin's
- * state, whose first member is its gpu_lazy. */
+
+/* ---- a plugin's state -------------------------------------------------- */
+
+struct gpu_vendor;
+
+/* The first member of every GPU plugin's state; the slots of this library
+ * that a plugin puts in its table as they are take its state through it. */
+typedef struct gpu_base {
+  gpu_lazy lazy; /* first */
+  const struct gpu_vendor *vendor; /* for the gpu_scoped_* slots; may be NULL */
+  gpu_align_table align; /* over-aligned allocations */
+  gpu_handles handles;   /* live stream and event objects, where registered */
+} gpu_base;
+
+/* A plugin's init: a zeroed state of `size` bytes (a struct that starts
+ * with a gpu_base) with its gpu_base set up. No dlopen, no vendor call. */
+int gpu_base_new(void **state, size_t size, const char *plugin, int (*load)(gpu_lazy *),
+                 const struct gpu_vendor *vendor, devbuf_error *err);
+
+/* The end of a plugin's shutdown, once its vendor objects are released. */
+void gpu_base_free(void *state);
+
+/* Slots a plugin can put in its table as they are. */
+
+/* device_count: the number of devices, 0 and the reason when none. */
+int gpu_device_count(void *state, int *count, devbuf_error *err);
 
 /* device_info_import for a plugin whose device_info carries no private
  * data: identifier, layout, flags, then the ordinal. */
 int gpu_info_import(void *state, const char *identifier, const void *info,
                     devbuf_device_info_desc *out, devbuf_error *err);
 
-/* device_count: the number of devices, 0 and the reason when none. */
-int gpu_device_count(void *state, int *count, devbuf_error *err);
+/* device_info_export for a plugin whose devbuf stream and event handles are
+ * the vendor's own (CUDA: CUstream, CUevent; HIP: hipStream_t, hipEvent_t):
+ * they go into the device_info as they are. */
+int gpu_info_export_raw(void *state, const char *identifier, int device, void *event,
+                        void *stream, uint32_t flags, void *out, size_t capacity, size_t *size,
+                        devbuf_error *err);
 
-/* The frame of a slot that makes vendor calls with the device made current
- * for the call's duration (CUDA pushes a context, HIP selects the device).
- * The vendor V provides the types V##_state, V##_scope and V##_result and
- * the functions V##_enter(st, device, &scope, err), V##_leave(st, &scope)
- * and V##_fail(st, err, r, op, fmt, ...); the slot's parameters must be
- * named state, device and err.
+/* ---- slots for vendors that make a device current per call -------------------
  *
- *   GPU_SCOPE_BEGIN(V)    declares st, scope, r and rc, and enters (or
- *                         returns the reason there is no such device);
- *   GPU_SCOPE_NEED(V, c, msg)
- *                         leaves and returns DEVBUF_EINVAL "msg" unless c;
- *   GPU_SCOPE_END(V, ok, op)
- *                         leaves; DEVBUF_OK when r is ok, else the failure
- *                         "op: NAME: text (device N)".
- *
- * So argument checks come after the device check, as the conformance suite
- * wants, and no path forgets to restore the caller's device. */
-#define GPU_SCOPE_BEGIN(V)                                              \
-  V##_state *st = state;                                                \
-  V##_scope scope;                                                      \
-  V##_result r;                                                         \
-  int rc = V##_enter(st, device, &scope, err);                          \
-  if (rc != DEVBUF_OK) return rc
+ * CUDA (a context pushed) and HIP (a device selected) run every call the
+ * same way: check the arguments that need no device, make the device
+ * current, check the rest, make one vendor call, restore, and say what
+ * failed in the vendor's words. The gpu_scoped_* slots do all but the vendor
+ * call, through the plugin's gpu_vendor; the plugin keeps its entry points,
+ * types and error names (and may still write any slot itself). */
 
-#define GPU_SCOPE_NEED(V, cond, msg)                                    \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      V##_leave(st, &scope);                                            \
-      return devbuf_error_set(err, DEVBUF_EINVAL, "%s", msg);           \
-    }                                                                   \
-  } while (0)
+/* The vendor calls behind the slots. */
+enum {
+  GPU_OP_MEM_ALLOC,      /* size bytes on the stream (pools are stream-ordered) -> out */
+  GPU_OP_MEM_FREE,       /* ptr (the allocation's base) on the stream */
+  GPU_OP_HOST_ALLOC,     /* size bytes of pinned host memory, usable by every device -> out */
+  GPU_OP_HOST_FREE,      /* ptr */
+  GPU_OP_COPY_H2D,       /* size bytes from host src to device dst on the stream */
+  GPU_OP_COPY_D2H,       /* ... device src to host dst */
+  GPU_OP_COPY_D2D,       /* ... device src to device dst */
+  GPU_OP_STREAM_CREATE,  /* a stream that does not serialise with others -> out */
+  GPU_OP_STREAM_DESTROY, /* stream */
+  GPU_OP_STREAM_SYNCHRONIZE,
+  GPU_OP_EVENT_CREATE, /* an event for synchronisation only (no timing) -> out */
+  GPU_OP_EVENT_DESTROY,
+  GPU_OP_EVENT_RECORD,      /* event on stream */
+  GPU_OP_STREAM_WAIT_EVENT, /* stream waits for event */
+  GPU_OP_EVENT_SYNCHRONIZE,
+  GPU_OP_EVENT_QUERY,
+  GPU_OP_COUNT
+};
 
-#define GPU_SCOPE_END(V, ok, op)                                        \
-  V##_leave(st, &scope);                                                \
-  (void)rc;                                                             \
-  return r == (ok) ? DEVBUF_OK : V##_fail(st, err, r, op, "device %d", device)
+/* One vendor call: the arguments (which are used depends on op) and what
+ * the call made. */
+typedef struct gpu_call {
+  int op;
+  void *stream, *event; /* the vendor's handles, as the caller gave them */
+  uintptr_t dst, src;   /* copies: addresses with the offsets applied */
+  size_t size;          /* bytes */
+  void *ptr;            /* frees */
+  void *out;            /* allocations and creations: what was made */
+  const char *name;     /* the entry point called, for messages (preset from
+                           gpu_vendor.names; the call may change it) */
+} gpu_call;
+
+/* The device made current for one call: the vendor's device record and
+ * whatever it needs to restore the caller's. */
+typedef struct gpu_scope {
+  void *dev;
+  intptr_t saved;
+  int restore;
+} gpu_scope;
+
+typedef struct gpu_vendor {
+  /* Make `device` current (set-up at its first use included), or fail:
+   * DEVBUF_ENODEV and the reason when there is no such device. */
+  int (*enter)(void *state, int device, gpu_scope *scope, devbuf_error *err);
+  void (*leave)(void *state, gpu_scope *scope);
+  /* The vendor call for c->op; returns the vendor's result code. */
+  int (*call)(void *state, gpu_scope *scope, gpu_call *c);
+  /* Set err to "op: NAME: text (detail)" for a vendor result; returns the
+   * devbuf code. */
+  int (*fail)(void *state, devbuf_error *err, int result, const char *op, const char *detail);
+  const char *const *names; /* GPU_OP_COUNT entry point names */
+  int ok;                   /* the vendor's success result */
+  int not_ready;            /* what EVENT_QUERY returns for "not yet" */
+  size_t native_alignment;  /* what the vendor allocator guarantees */
+} gpu_vendor;
+
+/* The slots above (and device_count, device_info_export/import), for the
+ * initializer of a plugin's devbuf_plugin_table; the plugin names its own
+ * init, shutdown and device_props. */
+#define GPU_SCOPED_SLOTS                                  \
+  .device_count = gpu_device_count,                       \
+  .mem_alloc = gpu_scoped_mem_alloc,                      \
+  .mem_free = gpu_scoped_mem_free,                        \
+  .copy_h2d = gpu_scoped_copy_h2d,                        \
+  .copy_d2h = gpu_scoped_copy_d2h,                        \
+  .copy_d2d = gpu_scoped_copy_d2d,                        \
+  .stream_create = gpu_scoped_stream_create,              \
+  .stream_destroy = gpu_scoped_stream_destroy,            \
+  .stream_synchronize = gpu_scoped_stream_synchronize,    \
+  .event_create = gpu_scoped_event_create,                \
+  .event_destroy = gpu_scoped_event_destroy,              \
+  .event_record = gpu_scoped_event_record,                \
+  .stream_wait_event = gpu_scoped_stream_wait_event,      \
+  .event_synchronize = gpu_scoped_event_synchronize,      \
+  .event_query = gpu_scoped_event_query,                  \
+  .device_info_export = gpu_info_export_raw,              \
+  .device_info_import = gpu_info_import,                  \
+  .host_alloc = gpu_scoped_host_alloc,                    \
+  .host_free = gpu_scoped_host_free
+
+int gpu_scoped_mem_alloc(void *state, int device, size_t size, size_t alignment, void *stream,
+                         void **ptr, devbuf_error *err);
+int gpu_scoped_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err);
+int gpu_scoped_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err);
+int gpu_scoped_host_free(void *state, int device, void *ptr, devbuf_error *err);
+int gpu_scoped_copy_h2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
+                        size_t nbytes, void *stream, devbuf_error *err);
+int gpu_scoped_copy_d2h(void *state, int device, void *dst, const void *src, size_t src_offset,
+                        size_t nbytes, void *stream, devbuf_error *err);
+int gpu_scoped_copy_d2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
+                        size_t src_offset, size_t nbytes, void *stream, devbuf_error *err);
+int gpu_scoped_stream_create(void *state, int device, void **stream, devbuf_error *err);
+int gpu_scoped_stream_destroy(void *state, int device, void *stream, devbuf_error *err);
+int gpu_scoped_stream_synchronize(void *state, int device, void *stream, devbuf_error *err);
+int gpu_scoped_event_create(void *state, int device, void **event, devbuf_error *err);
+int gpu_scoped_event_destroy(void *state, int device, void *event, devbuf_error *err);
+int gpu_scoped_event_record(void *state, int device, void *event, void *stream,
+                            devbuf_error *err);
+int gpu_scoped_stream_wait_event(void *state, int device, void *stream, void *event,
+                                 devbuf_error *err);
+int gpu_scoped_event_synchronize(void *state, int device, void *event, devbuf_error *err);
+int gpu_scoped_event_query(void *state, int device, void *event, devbuf_error *err);
 
 #endif

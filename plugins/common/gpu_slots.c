@@ -247,3 +247,49 @@ int gpu_device_count(void *state, int *count, devbuf_error *err) {
   *count = rc == DEVBUF_OK ? lz->count : 0;
   return rc;
 }
+
+int gpu_info_export_raw(void *state, const char *identifier, int device, void *event,
+                        void *stream, uint32_t flags, void *out, size_t capacity, size_t *size,
+                        devbuf_error *err) {
+  int rc = gpu_info_export_check(state, identifier, device, flags, out, capacity, size, err);
+  if (rc == DEVBUF_OK) devbuf_device_info_write(out, size, device, flags, event, stream);
+  return rc;
+}
+
+/* ---- a plugin's state -------------------------------------------------- */
+
+int gpu_base_new(void **state, size_t size, const char *plugin, int (*load)(gpu_lazy *),
+                 const struct gpu_vendor *vendor, devbuf_error *err) {
+  gpu_base *b;
+  int rc;
+  *state = NULL;
+  b = calloc(1, size);
+  if (b == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "%s init: out of memory", plugin);
+  rc = gpu_lazy_init(&b->lazy, plugin, load, err);
+  if (rc != DEVBUF_OK) {
+    free(b);
+    return rc;
+  }
+  if (!gpu_align_init(&b->align)) {
+    gpu_lazy_destroy(&b->lazy);
+    free(b);
+    return devbuf_error_set(err, DEVBUF_EINIT, "%s init: pthread_mutex_init failed", plugin);
+  }
+  if (!gpu_handles_init(&b->handles)) {
+    gpu_align_destroy(&b->align);
+    gpu_lazy_destroy(&b->lazy);
+    free(b);
+    return devbuf_error_set(err, DEVBUF_EINIT, "%s init: pthread_mutex_init failed", plugin);
+  }
+  b->vendor = vendor;
+  *state = b;
+  return DEVBUF_OK;
+}
+
+void gpu_base_free(void *state) {
+  gpu_base *b = state;
+  gpu_handles_destroy(&b->handles);
+  gpu_align_destroy(&b->align);
+  gpu_lazy_destroy(&b->lazy);
+  free(b);
+}

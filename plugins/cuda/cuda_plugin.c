@@ -93,15 +93,12 @@ typedef struct cuda_device {
 } cuda_device;
 
 typedef struct cuda_state {
-  gpu_lazy lazy; /* first: the driver, tried once; lazy.count devices */
+  gpu_base base; /* first: the driver, tried once (base.lazy.count devices) */
   cuda_api api;
   int have_pool_api;
   int driver_version;
   cuda_device *devs;
-  gpu_align_table align; /* over-aligned allocations */
 } cuda_state;
-
-typedef CUresult cuda_result;
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -138,12 +135,12 @@ static int cuda_fail(const cuda_state *st, devbuf_error *err, CUresult r, const 
 static int cuda_load_failed(cuda_state *st, CUresult r, const char *op) {
   devbuf_error e;
   cuda_fail(st, &e, r, op, NULL);
-  return gpu_no_device_err(&st->lazy, &e);
+  return gpu_no_device_err(&st->base.lazy, &e);
 }
 
 static int cuda_load(gpu_lazy *lz) {
   static const char *const defaults[] = {"libcuda.so.1", NULL};
-  cuda_state *st = (cuda_state *)lz;
+  cuda_state *st = (cuda_state *)lz; /* lz is its first member */
   const char *libname = NULL;
   CUresult r;
   if (!gpu_dlopen(lz, "DEVBUF_CUDA_LIBRARY", defaults, &libname)) return lz->status;
@@ -236,61 +233,49 @@ static int cuda_device_setup(void *ctx, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-/* Make the device's context current for the duration of a call, restoring
- * the caller's afterwards. */
-typedef struct cuda_scope {
-  cuda_device *dev;
-  int pushed;
-} cuda_scope;
-
-static int cuda_enter(cuda_state *st, int device, cuda_scope *scope, devbuf_error *err) {
+/* Make the device's context current for the duration of a call (set up at
+ * its first use), restoring the caller's afterwards. */
+static int cuda_enter(void *state, int device, gpu_scope *scope, devbuf_error *err) {
+  cuda_state *st = state;
   CUcontext cur = NULL;
   CUresult r;
   cuda_setup setup = {st, device};
-  int rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
-  scope->pushed = 0;
-  if (rc == DEVBUF_OK) rc = gpu_once(&st->lazy, &st->devs[device].ready, cuda_device_setup, &setup, err);
+  cuda_device *d;
+  int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
+  scope->restore = 0;
+  if (rc == DEVBUF_OK)
+    rc = gpu_once(&st->base.lazy, &st->devs[device].ready, cuda_device_setup, &setup, err);
   if (rc != DEVBUF_OK) return rc;
-  scope->dev = &st->devs[device];
-  if (st->api.p_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == scope->dev->ctx) return DEVBUF_OK;
-  r = st->api.p_cuCtxPushCurrent(scope->dev->ctx);
+  d = scope->dev = &st->devs[device];
+  if (st->api.p_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == d->ctx) return DEVBUF_OK;
+  r = st->api.p_cuCtxPushCurrent(d->ctx);
   if (r != CUDA_SUCCESS) return cuda_fail(st, err, r, "cuCtxPushCurrent", "device %d", device);
-  scope->pushed = 1;
+  scope->restore = 1;
   return DEVBUF_OK;
 }
 
-static void cuda_leave(cuda_state *st, cuda_scope *scope) {
-  if (scope->pushed) {
+static void cuda_leave(void *state, gpu_scope *scope) {
+  cuda_state *st = state;
+  if (scope->restore) {
     CUcontext popped = NULL;
     st->api.p_cuCtxPopCurrent(&popped);
-    scope->pushed = 0;
+    scope->restore = 0;
   }
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+static const gpu_vendor cuda_vendor;
+
 static int cuda_init(void **state, devbuf_error *err) {
   /* Cheap by contract: no dlopen, no driver call. */
-  cuda_state *st = calloc(1, sizeof *st);
-  int rc;
-  if (st == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.cuda init: out of memory");
-  rc = gpu_lazy_init(&st->lazy, CUDA_IDENTIFIER, cuda_load, err);
-  if (rc == DEVBUF_OK && !gpu_align_init(&st->align)) {
-    gpu_lazy_destroy(&st->lazy);
-    rc = devbuf_error_set(err, DEVBUF_EINIT, "devbuf.cuda init: pthread_mutex_init failed");
-  }
-  if (rc != DEVBUF_OK) {
-    free(st);
-    return rc;
-  }
-  *state = st;
-  return DEVBUF_OK;
+  return gpu_base_new(state, sizeof(cuda_state), CUDA_IDENTIFIER, cuda_load, &cuda_vendor, err);
 }
 
 static void cuda_shutdown(void *state) {
   cuda_state *st = state;
   if (st == NULL) return;
-  for (int i = 0; i < st->lazy.count; i++) {
+  for (int i = 0; i < st->base.lazy.count; i++) {
     cuda_device *d = &st->devs[i];
     if (!atomic_load(&d->ready)) continue;
     if (d->pool != NULL && st->api.p_cuCtxPushCurrent(d->ctx) == CUDA_SUCCESS) {
@@ -302,9 +287,7 @@ static void cuda_shutdown(void *state) {
     st->api.p_cuDevicePrimaryCtxRelease(d->dev);
   }
   free(st->devs);
-  gpu_align_destroy(&st->align);
-  gpu_lazy_destroy(&st->lazy);
-  free(st);
+  gpu_base_free(st);
 }
 
 /* ---- devices ------------------------------------------------------------ */
@@ -319,7 +302,7 @@ static int cuda_device_props(void *state, int device, devbuf_device_props *props
   CUresult r;
   cuda_device *d;
   if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: NULL props");
-  rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
+  rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
   if (rc != DEVBUF_OK) return rc;
   d = &st->devs[device];
   memset(&p, 0, sizeof p);
@@ -343,7 +326,7 @@ static int cuda_device_props(void *state, int device, devbuf_device_props *props
    * when the context is already active, in this plugin or elsewhere. */
   if (st->api.p_cuDevicePrimaryCtxGetState(d->dev, &ctx_flags, &ctx_active) == CUDA_SUCCESS &&
       ctx_active) {
-    cuda_scope scope;
+    gpu_scope scope;
     if (cuda_enter(st, device, &scope, NULL) == DEVBUF_OK) {
       size_t free_b = 0, total_b = 0;
       if (st->api.p_cuMemGetInfo(&free_b, &total_b) == CUDA_SUCCESS) p.free_memory = free_b;
@@ -353,217 +336,107 @@ static int cuda_device_props(void *state, int device, devbuf_device_props *props
   return gpu_props_copy_out(props, &p, err);
 }
 
-/* ---- memory ------------------------------------------------------------ */
+/* ---- the driver call behind each slot --------------------------------------- */
 
-static CUresult cuda_raw_alloc(cuda_state *st, cuda_device *d, CUdeviceptr *p, size_t size,
-                               CUstream stream, const char **op) {
-  if (d->pool != NULL) {
-    *op = "cuMemAllocFromPoolAsync";
-    return st->api.p_cuMemAllocFromPoolAsync(p, size, d->pool, stream);
-  }
-  *op = "cuMemAlloc";
-  return st->api.p_cuMemAlloc(p, size);
-}
+/* Entry points by gpu_call op, for messages (cuda_call names the pooled
+ * allocator's itself). */
+static const char *const cuda_names[GPU_OP_COUNT] = {
+    [GPU_OP_MEM_ALLOC] = "cuMemAlloc",
+    [GPU_OP_MEM_FREE] = "cuMemFree",
+    [GPU_OP_HOST_ALLOC] = "cuMemHostAlloc",
+    [GPU_OP_HOST_FREE] = "cuMemFreeHost",
+    [GPU_OP_COPY_H2D] = "cuMemcpyHtoDAsync",
+    [GPU_OP_COPY_D2H] = "cuMemcpyDtoHAsync",
+    [GPU_OP_COPY_D2D] = "cuMemcpyDtoDAsync",
+    [GPU_OP_STREAM_CREATE] = "cuStreamCreate",
+    [GPU_OP_STREAM_DESTROY] = "cuStreamDestroy",
+    [GPU_OP_STREAM_SYNCHRONIZE] = "cuStreamSynchronize",
+    [GPU_OP_EVENT_CREATE] = "cuEventCreate",
+    [GPU_OP_EVENT_DESTROY] = "cuEventDestroy",
+    [GPU_OP_EVENT_RECORD] = "cuEventRecord",
+    [GPU_OP_STREAM_WAIT_EVENT] = "cuStreamWaitEvent",
+    [GPU_OP_EVENT_SYNCHRONIZE] = "cuEventSynchronize",
+    [GPU_OP_EVENT_QUERY] = "cuEventQuery",
+};
 
-static CUresult cuda_raw_free(cuda_state *st, cuda_device *d, CUdeviceptr p, CUstream stream,
-                              const char **op) {
-  if (d->pool != NULL) {
-    *op = "cuMemFreeAsync";
-    return st->api.p_cuMemFreeAsync(p, stream);
-  }
-  *op = "cuMemFree";
-  return st->api.p_cuMemFree(p);
-}
-
-static int cuda_mem_alloc(void *state, int device, size_t size, size_t alignment, void *stream,
-                          void **ptr, devbuf_error *err) {
+/* One driver call, with the device's context current (plugins/common has
+ * checked the arguments). Allocation is stream-ordered from the device's
+ * pool when it has one. */
+static int cuda_call(void *state, gpu_scope *scope, gpu_call *c) {
   cuda_state *st = state;
-  cuda_scope scope;
-  CUdeviceptr base = 0;
-  uintptr_t aligned;
-  size_t request;
-  const char *op;
+  cuda_device *d = scope->dev;
+  CUstream s = (CUstream)c->stream;
+  CUevent e = (CUevent)c->event;
+  CUdeviceptr p = 0;
   CUresult r;
-  int rc = gpu_alloc_request(ptr, size, alignment, CUDA_NATIVE_ALIGNMENT, &request, err);
-  if (rc == DEVBUF_OK) rc = cuda_enter(st, device, &scope, err);
-  if (rc != DEVBUF_OK) return rc;
-  r = cuda_raw_alloc(st, scope.dev, &base, request, (CUstream)stream, &op);
-  if (r != CUDA_SUCCESS) {
-    cuda_leave(st, &scope);
-    return cuda_fail(st, err, r, op, "%zu bytes on device %d", size, device);
+  switch (c->op) {
+    case GPU_OP_MEM_ALLOC:
+      if (d->pool == NULL) {
+        r = st->api.p_cuMemAlloc(&p, c->size);
+      } else {
+        c->name = "cuMemAllocFromPoolAsync";
+        r = st->api.p_cuMemAllocFromPoolAsync(&p, c->size, d->pool, s);
+      }
+      c->out = (void *)(uintptr_t)p;
+      return r;
+    case GPU_OP_MEM_FREE:
+      if (d->pool == NULL) return st->api.p_cuMemFree((CUdeviceptr)(uintptr_t)c->ptr);
+      c->name = "cuMemFreeAsync";
+      return st->api.p_cuMemFreeAsync((CUdeviceptr)(uintptr_t)c->ptr, s);
+    case GPU_OP_HOST_ALLOC:
+      /* PORTABLE: pinned for every context, so any device may use it. */
+      return st->api.p_cuMemHostAlloc(&c->out, c->size, CU_MEMHOSTALLOC_PORTABLE);
+    case GPU_OP_HOST_FREE:
+      return st->api.p_cuMemFreeHost(c->ptr);
+    case GPU_OP_COPY_H2D:
+      return st->api.p_cuMemcpyHtoDAsync((CUdeviceptr)c->dst, (const void *)c->src, c->size, s);
+    case GPU_OP_COPY_D2H:
+      return st->api.p_cuMemcpyDtoHAsync((void *)c->dst, (CUdeviceptr)c->src, c->size, s);
+    case GPU_OP_COPY_D2D:
+      return st->api.p_cuMemcpyDtoDAsync((CUdeviceptr)c->dst, (CUdeviceptr)c->src, c->size, s);
+    case GPU_OP_STREAM_CREATE:
+      /* Non-blocking: does not serialise with the legacy default stream,
+       * which other libraries' synchronous calls use. */
+      r = st->api.p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+      c->out = s;
+      return r;
+    case GPU_OP_STREAM_DESTROY:
+      return st->api.p_cuStreamDestroy(s);
+    case GPU_OP_STREAM_SYNCHRONIZE:
+      return st->api.p_cuStreamSynchronize(s);
+    case GPU_OP_EVENT_CREATE:
+      /* Timing costs a timestamp write per record; sync events never need it. */
+      r = st->api.p_cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+      c->out = e;
+      return r;
+    case GPU_OP_EVENT_DESTROY:
+      return st->api.p_cuEventDestroy(e);
+    case GPU_OP_EVENT_RECORD:
+      return st->api.p_cuEventRecord(e, s);
+    case GPU_OP_STREAM_WAIT_EVENT:
+      return st->api.p_cuStreamWaitEvent(s, e, 0);
+    case GPU_OP_EVENT_SYNCHRONIZE:
+      return st->api.p_cuEventSynchronize(e);
+    default:
+      return st->api.p_cuEventQuery(e);
   }
-  aligned = gpu_align_up((uintptr_t)base, alignment, CUDA_NATIVE_ALIGNMENT);
-  if (aligned != (uintptr_t)base && !gpu_align_remember(&st->align, aligned, (uintptr_t)base)) {
-    cuda_raw_free(st, scope.dev, base, (CUstream)stream, &op);
-    cuda_leave(st, &scope);
-    return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: out of host memory");
-  }
-  cuda_leave(st, &scope);
-  *ptr = (void *)aligned;
-  return DEVBUF_OK;
 }
 
-static int cuda_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err) {
-  const char *op = "cuMemFree";
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, ptr != NULL, "mem_free: NULL pointer");
-  r = cuda_raw_free(st, scope.dev, gpu_align_forget(&st->align, (uintptr_t)ptr), (CUstream)stream,
-                    &op);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, op);
+static int cuda_fail_detail(void *state, devbuf_error *err, int r, const char *op,
+                            const char *detail) {
+  return cuda_fail(state, err, (CUresult)r, op, "%s", detail);
 }
 
-static int cuda_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err) {
-  void *p = NULL;
-  if (gpu_check_out(ptr, "host_alloc", "ptr", err) != DEVBUF_OK) return DEVBUF_EINVAL;
-  GPU_SCOPE_BEGIN(cuda);
-  /* PORTABLE: pinned for every context, so any device may use it. */
-  r = st->api.p_cuMemHostAlloc(&p, size ? size : 1, CU_MEMHOSTALLOC_PORTABLE);
-  if (r == CUDA_SUCCESS) *ptr = p;
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuMemHostAlloc");
-}
-
-static int cuda_host_free(void *state, int device, void *ptr, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, ptr != NULL, "host_free: NULL pointer");
-  r = st->api.p_cuMemFreeHost(ptr);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuMemFreeHost");
-}
-
-/* ---- copies -------------------------------------------------------------- */
-
-enum { CUDA_H2D, CUDA_D2H, CUDA_D2D };
-
-/* All three directions: the checks are shared, only the driver call differs. */
-static int cuda_copy(void *state, int device, int kind, void *dst, size_t dst_offset,
-                     const void *src, size_t src_offset, size_t nbytes, void *stream,
-                     devbuf_error *err) {
-  static const char *const what[] = {"copy_h2d", "copy_d2h", "copy_d2d"};
-  static const char *const ops[] = {"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
-                                    "cuMemcpyDtoDAsync"};
-  uintptr_t to = 0, from = 0;
-  int nothing = 0;
-  GPU_SCOPE_BEGIN(cuda);
-  rc = gpu_check_copy(what[kind], dst, dst_offset, src, src_offset, nbytes, &to, &from, &nothing,
-                      err);
-  if (rc != DEVBUF_OK || nothing) {
-    cuda_leave(st, &scope);
-    return rc;
-  }
-  if (kind == CUDA_H2D)
-    r = st->api.p_cuMemcpyHtoDAsync((CUdeviceptr)to, (const void *)from, nbytes, (CUstream)stream);
-  else if (kind == CUDA_D2H)
-    r = st->api.p_cuMemcpyDtoHAsync((void *)to, (CUdeviceptr)from, nbytes, (CUstream)stream);
-  else
-    r = st->api.p_cuMemcpyDtoDAsync((CUdeviceptr)to, (CUdeviceptr)from, nbytes, (CUstream)stream);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, ops[kind]);
-}
-
-static int cuda_copy_h2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
-                         size_t nbytes, void *stream, devbuf_error *err) {
-  return cuda_copy(state, device, CUDA_H2D, dst, dst_offset, src, 0, nbytes, stream, err);
-}
-
-static int cuda_copy_d2h(void *state, int device, void *dst, const void *src, size_t src_offset,
-                         size_t nbytes, void *stream, devbuf_error *err) {
-  return cuda_copy(state, device, CUDA_D2H, dst, 0, src, src_offset, nbytes, stream, err);
-}
-
-static int cuda_copy_d2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
-                         size_t src_offset, size_t nbytes, void *stream, devbuf_error *err) {
-  return cuda_copy(state, device, CUDA_D2D, dst, dst_offset, src, src_offset, nbytes, stream, err);
-}
-
-/* ---- streams ---------------------------------------------------------- */
-
-static int cuda_stream_create(void *state, int device, void **stream, devbuf_error *err) {
-  CUstream s = NULL;
-  if (gpu_check_out(stream, "stream_create", "stream", err) != DEVBUF_OK) return DEVBUF_EINVAL;
-  GPU_SCOPE_BEGIN(cuda);
-  /* Non-blocking: does not serialise with the legacy default stream, which
-   * other libraries' synchronous calls use. */
-  r = st->api.p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-  if (r == CUDA_SUCCESS) *stream = s;
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamCreate");
-}
-
-static int cuda_stream_destroy(void *state, int device, void *stream, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  /* The default stream was never created, so cannot be destroyed. */
-  GPU_SCOPE_NEED(cuda, stream != NULL, "stream_destroy: NULL is the default stream");
-  r = st->api.p_cuStreamDestroy((CUstream)stream);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamDestroy");
-}
-
-static int cuda_stream_synchronize(void *state, int device, void *stream, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  r = st->api.p_cuStreamSynchronize((CUstream)stream);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamSynchronize");
-}
-
-/* ---- events --------------------------------------------------------- */
-
-static int cuda_event_create(void *state, int device, void **event, devbuf_error *err) {
-  CUevent e = NULL;
-  if (gpu_check_out(event, "event_create", "event", err) != DEVBUF_OK) return DEVBUF_EINVAL;
-  GPU_SCOPE_BEGIN(cuda);
-  /* Timing costs a timestamp write per record; sync events never need it. */
-  r = st->api.p_cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-  if (r == CUDA_SUCCESS) *event = e;
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventCreate");
-}
-
-static int cuda_event_destroy(void *state, int device, void *event, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, event != NULL, "event_destroy: NULL event");
-  r = st->api.p_cuEventDestroy((CUevent)event);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventDestroy");
-}
-
-static int cuda_event_record(void *state, int device, void *event, void *stream,
-                             devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, event != NULL, "event_record: NULL event");
-  r = st->api.p_cuEventRecord((CUevent)event, (CUstream)stream);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventRecord");
-}
-
-static int cuda_stream_wait_event(void *state, int device, void *stream, void *event,
-                                  devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, event != NULL, "stream_wait_event: NULL event");
-  r = st->api.p_cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuStreamWaitEvent");
-}
-
-static int cuda_event_synchronize(void *state, int device, void *event, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, event != NULL, "event_synchronize: NULL event");
-  r = st->api.p_cuEventSynchronize((CUevent)event);
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventSynchronize");
-}
-
-static int cuda_event_query(void *state, int device, void *event, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(cuda);
-  GPU_SCOPE_NEED(cuda, event != NULL, "event_query: NULL event");
-  r = st->api.p_cuEventQuery((CUevent)event);
-  if (r == CUDA_ERROR_NOT_READY) { /* not an error: just not yet */
-    cuda_leave(st, &scope);
-    return DEVBUF_EBUSY;
-  }
-  GPU_SCOPE_END(cuda, CUDA_SUCCESS, "cuEventQuery");
-}
-
-/* ---- device_info ------------------------------------------------------ */
-
-static int cuda_device_info_export(void *state, const char *identifier, int device, void *event,
-                                   void *stream, uint32_t flags, void *out, size_t capacity,
-                                   size_t *size, devbuf_error *err) {
-  int rc = gpu_info_export_check(state, identifier, device, flags, out, capacity, size, err);
-  if (rc != DEVBUF_OK) return rc;
-  /* event: a CUevent; stream: a CUstream */
-  devbuf_device_info_write(out, size, device, flags, event, stream);
-  return DEVBUF_OK;
-}
+static const gpu_vendor cuda_vendor = {
+    .enter = cuda_enter,
+    .leave = cuda_leave,
+    .call = cuda_call,
+    .fail = cuda_fail_detail,
+    .names = cuda_names,
+    .ok = CUDA_SUCCESS,
+    .not_ready = CUDA_ERROR_NOT_READY,
+    .native_alignment = CUDA_NATIVE_ALIGNMENT,
+};
 
 /* ---- the table --------------------------------------------------------- */
 
@@ -579,29 +452,10 @@ static const devbuf_plugin_table cuda_table = {
     .identifiers = cuda_identifiers,
     .init = cuda_init,
     .shutdown = cuda_shutdown,
-    .device_count = gpu_device_count,
     .device_props = cuda_device_props,
-    .mem_alloc = cuda_mem_alloc,
-    .mem_free = cuda_mem_free,
-    .copy_h2d = cuda_copy_h2d,
-    .copy_d2h = cuda_copy_d2h,
-    .copy_d2d = cuda_copy_d2d,
-    .stream_create = cuda_stream_create,
-    .stream_destroy = cuda_stream_destroy,
-    .stream_synchronize = cuda_stream_synchronize,
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .stream_wait_event = cuda_stream_wait_event,
-    .event_synchronize = cuda_event_synchronize,
-    .event_query = cuda_event_query,
-    .device_info_export = cuda_device_info_export,
-    .device_info_import = gpu_info_import,
-    .dtype_namespaces = NULL,
-    .host_alloc = cuda_host_alloc,
-    .host_free = cuda_host_free,
-    .ext_functions = NULL,
-    .ext_function_count = 0,
+    /* The rest: plugins/common over cuda_vendor. device_info carries the
+     * caller's handles as they are (event: a CUevent; stream: a CUstream). */
+    GPU_SCOPED_SLOTS,
 };
 
 DEVBUF_PLUGIN_EXPORT const devbuf_plugin_table *devbuf_plugin_entry(void) { return &cuda_table; }

@@ -88,15 +88,12 @@ typedef struct hip_device {
 } hip_device;
 
 typedef struct hip_state {
-  gpu_lazy lazy; /* first: the runtime, tried once; lazy.count devices */
+  gpu_base base; /* first: the runtime, tried once (base.lazy.count devices) */
   hip_api api;
   int have_pool_api;
   int driver_version;
   hip_device *devs;
-  gpu_align_table align; /* over-aligned allocations */
 } hip_state;
-
-typedef hipError_t hip_result;
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -125,7 +122,7 @@ static int hip_fail(const hip_state *st, devbuf_error *err, hipError_t r, const 
 /* ---- lazy runtime set-up ------------------------------------------------ */
 
 static int hip_load(gpu_lazy *lz) {
-  hip_state *st = (hip_state *)lz;
+  hip_state *st = (hip_state *)lz; /* lz is its first member */
   const char *libname = NULL;
   devbuf_error e;
   hipError_t r;
@@ -207,96 +204,88 @@ static int hip_device_setup(void *ctx, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-/* Select the device on this thread for one call; hip_leave restores. */
-typedef struct hip_scope {
-  hip_device *dev;
-  int prev;
-  int switched;
-} hip_scope;
+static void hip_leave(void *state, gpu_scope *scope);
 
-static int hip_enter(hip_state *st, int device, hip_scope *scope, devbuf_error *err) {
+/* Select the device on this thread for one call (its pool decided at its
+ * first use); hip_leave restores the caller's choice. */
+static int hip_enter(void *state, int device, gpu_scope *scope, devbuf_error *err) {
+  hip_state *st = state;
   hip_setup setup = {st, device};
+  int prev = -1;
   hipError_t r;
-  int rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
-  scope->switched = 0;
-  scope->prev = -1;
+  int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
+  scope->restore = 0;
   if (rc != DEVBUF_OK) return rc;
   scope->dev = &st->devs[device];
-  if (st->api.p_hipGetDevice(&scope->prev) != hipSuccess) scope->prev = -1;
-  if (scope->prev != device) {
+  if (st->api.p_hipGetDevice(&prev) != hipSuccess) prev = -1;
+  if (prev != device) {
     r = st->api.p_hipSetDevice(device);
     if (r != hipSuccess) return hip_fail(st, err, r, "hipSetDevice", "device %d", device);
-    scope->switched = 1;
+    scope->saved = prev;
+    scope->restore = prev >= 0;
   }
-  return gpu_once(&st->lazy, &scope->dev->ready, hip_device_setup, &setup, err);
+  rc = gpu_once(&st->base.lazy, &st->devs[device].ready, hip_device_setup, &setup, err);
+  if (rc != DEVBUF_OK) hip_leave(st, scope);
+  return rc;
 }
 
-static void hip_leave(hip_state *st, hip_scope *scope) {
-  if (scope->switched && scope->prev >= 0) st->api.p_hipSetDevice(scope->prev);
-  scope->switched = 0;
+static void hip_leave(void *state, gpu_scope *scope) {
+  hip_state *st = state;
+  if (scope->restore) st->api.p_hipSetDevice((int)scope->saved);
+  scope->restore = 0;
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
 
+static const gpu_vendor hip_vendor;
+
 static int hip_init_plugin(void **state, devbuf_error *err) {
   /* Cheap by contract: no dlopen, no runtime call. */
-  hip_state *st = calloc(1, sizeof *st);
-  int rc;
-  if (st == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.hip init: out of memory");
-  rc = gpu_lazy_init(&st->lazy, HIP_IDENTIFIER, hip_load, err);
-  if (rc == DEVBUF_OK && !gpu_align_init(&st->align)) {
-    gpu_lazy_destroy(&st->lazy);
-    rc = devbuf_error_set(err, DEVBUF_EINIT, "devbuf.hip init: pthread_mutex_init failed");
-  }
-  if (rc != DEVBUF_OK) {
-    free(st);
-    return rc;
-  }
-  *state = st;
-  return DEVBUF_OK;
+  return gpu_base_new(state, sizeof(hip_state), HIP_IDENTIFIER, hip_load, &hip_vendor, err);
 }
 
 static void hip_shutdown(void *state) {
   hip_state *st = state;
   if (st == NULL) return;
-  for (int i = 0; i < st->lazy.count; i++) {
+  for (int i = 0; i < st->base.lazy.count; i++) {
     if (atomic_load(&st->devs[i].ready) && st->devs[i].pool != NULL)
       st->api.p_hipMemPoolDestroy(st->devs[i].pool);
   }
   free(st->devs);
-  gpu_align_destroy(&st->align);
-  gpu_lazy_destroy(&st->lazy);
-  free(st);
+  gpu_base_free(st);
 }
 
 /* ---- devices ------------------------------------------------------------ */
 
 static int hip_device_props(void *state, int device, devbuf_device_props *props,
                             devbuf_error *err) {
+  hip_state *st = state;
   devbuf_device_props p;
+  gpu_scope scope;
+  hip_device *d;
   size_t total = 0, free_b = 0, total_b = 0;
-  int pageable = 0;
+  const char *op = "hipDeviceGetName";
+  int pageable = 0, rc;
+  hipError_t r;
   if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: NULL props");
+  rc = hip_enter(st, device, &scope, err);
+  if (rc != DEVBUF_OK) return rc;
+  d = scope.dev;
   memset(&p, 0, sizeof p);
-  {
-    const char *op = "hipDeviceGetName";
-    GPU_SCOPE_BEGIN(hip);
-    r = st->api.p_hipDeviceGetName(p.name, (int)sizeof p.name, scope.dev->dev);
-    if (r == hipSuccess) {
-      op = "hipDeviceTotalMem";
-      r = st->api.p_hipDeviceTotalMem(&total, scope.dev->dev);
-    }
-    if (r != hipSuccess) {
-      hip_leave(st, &scope);
-      return hip_fail(st, err, r, op, "device %d", device);
-    }
+  r = st->api.p_hipDeviceGetName(p.name, (int)sizeof p.name, d->dev);
+  if (r == hipSuccess) {
+    op = "hipDeviceTotalMem";
+    r = st->api.p_hipDeviceTotalMem(&total, d->dev);
+  }
+  if (r == hipSuccess) {
     if (st->api.p_hipMemGetInfo(&free_b, &total_b) == hipSuccess) p.free_memory = free_b;
     if (st->api.p_hipDeviceGetAttribute(&pageable, hipDeviceAttributePageableMemoryAccess,
                                         device) == hipSuccess &&
         pageable)
       p.flags |= DEVBUF_DEVICE_UNIFIED;
-    hip_leave(st, &scope);
   }
+  hip_leave(st, &scope);
+  if (r != hipSuccess) return hip_fail(st, err, r, op, "device %d", device);
   p.name[sizeof p.name - 1] = '\0';
   snprintf(p.vendor, sizeof p.vendor, "AMD");
   p.total_memory = total;
@@ -307,201 +296,97 @@ static int hip_device_props(void *state, int device, devbuf_device_props *props,
   return gpu_props_copy_out(props, &p, err);
 }
 
-/* ---- memory ------------------------------------------------------------ */
+/* ---- the runtime call behind each slot ---------------------------------------- */
 
-static hipError_t hip_raw_alloc(hip_state *st, hip_device *d, void **p, size_t size,
-                                hipStream_t stream, const char **op) {
-  *op = d->pool != NULL ? "hipMallocFromPoolAsync" : "hipMalloc";
-  return d->pool != NULL ? st->api.p_hipMallocFromPoolAsync(p, size, d->pool, stream)
-                         : st->api.p_hipMalloc(p, size);
-}
+/* Entry points by gpu_call op, for messages (hip_call names the pooled
+ * allocator's itself). */
+static const char *const hip_names[GPU_OP_COUNT] = {
+    [GPU_OP_MEM_ALLOC] = "hipMalloc",
+    [GPU_OP_MEM_FREE] = "hipFree",
+    [GPU_OP_HOST_ALLOC] = "hipHostMalloc",
+    [GPU_OP_HOST_FREE] = "hipHostFree",
+    [GPU_OP_COPY_H2D] = "hipMemcpyHtoDAsync",
+    [GPU_OP_COPY_D2H] = "hipMemcpyDtoHAsync",
+    [GPU_OP_COPY_D2D] = "hipMemcpyDtoDAsync",
+    [GPU_OP_STREAM_CREATE] = "hipStreamCreateWithFlags",
+    [GPU_OP_STREAM_DESTROY] = "hipStreamDestroy",
+    [GPU_OP_STREAM_SYNCHRONIZE] = "hipStreamSynchronize",
+    [GPU_OP_EVENT_CREATE] = "hipEventCreateWithFlags",
+    [GPU_OP_EVENT_DESTROY] = "hipEventDestroy",
+    [GPU_OP_EVENT_RECORD] = "hipEventRecord",
+    [GPU_OP_STREAM_WAIT_EVENT] = "hipStreamWaitEvent",
+    [GPU_OP_EVENT_SYNCHRONIZE] = "hipEventSynchronize",
+    [GPU_OP_EVENT_QUERY] = "hipEventQuery",
+};
 
-static hipError_t hip_raw_free(hip_state *st, hip_device *d, void *p, hipStream_t stream,
-                               const char **op) {
-  *op = d->pool != NULL ? "hipFreeAsync" : "hipFree";
-  return d->pool != NULL ? st->api.p_hipFreeAsync(p, stream) : st->api.p_hipFree(p);
-}
-
-static int hip_mem_alloc(void *state, int device, size_t size, size_t alignment, void *stream,
-                         void **ptr, devbuf_error *err) {
-  void *base = NULL;
-  uintptr_t aligned;
-  size_t request;
-  const char *op;
-  int checked = gpu_alloc_request(ptr, size, alignment, HIP_NATIVE_ALIGNMENT, &request, err);
-  if (checked != DEVBUF_OK) return checked;
-  {
-    GPU_SCOPE_BEGIN(hip);
-    r = hip_raw_alloc(st, scope.dev, &base, request, (hipStream_t)stream, &op);
-    if (r != hipSuccess) {
-      hip_leave(st, &scope);
-      return hip_fail(st, err, r, op, "%zu bytes on device %d", size, device);
-    }
-    aligned = gpu_align_up((uintptr_t)base, alignment, HIP_NATIVE_ALIGNMENT);
-    if (aligned != (uintptr_t)base && !gpu_align_remember(&st->align, aligned, (uintptr_t)base)) {
-      hip_raw_free(st, scope.dev, base, (hipStream_t)stream, &op);
-      hip_leave(st, &scope);
-      return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: out of host memory");
-    }
-    hip_leave(st, &scope);
+/* One runtime call, with the device selected (plugins/common has checked
+ * the arguments). HIP's copies all take void * (hipDeviceptr_t is one) and
+ * declare the host source non-const, which they only read. */
+static int hip_call(void *state, gpu_scope *scope, gpu_call *c) {
+  hip_state *st = state;
+  hip_device *d = scope->dev;
+  hipStream_t s = (hipStream_t)c->stream;
+  hipEvent_t e = (hipEvent_t)c->event;
+  hipError_t r;
+  switch (c->op) {
+    case GPU_OP_MEM_ALLOC:
+      if (d->pool == NULL) return st->api.p_hipMalloc(&c->out, c->size);
+      c->name = "hipMallocFromPoolAsync";
+      return st->api.p_hipMallocFromPoolAsync(&c->out, c->size, d->pool, s);
+    case GPU_OP_MEM_FREE:
+      if (d->pool == NULL) return st->api.p_hipFree(c->ptr);
+      c->name = "hipFreeAsync";
+      return st->api.p_hipFreeAsync(c->ptr, s);
+    case GPU_OP_HOST_ALLOC:
+      return st->api.p_hipHostMalloc(&c->out, c->size, hipHostMallocPortable);
+    case GPU_OP_HOST_FREE:
+      return st->api.p_hipHostFree(c->ptr);
+    case GPU_OP_COPY_H2D:
+      return st->api.p_hipMemcpyHtoDAsync((void *)c->dst, (void *)c->src, c->size, s);
+    case GPU_OP_COPY_D2H:
+      return st->api.p_hipMemcpyDtoHAsync((void *)c->dst, (void *)c->src, c->size, s);
+    case GPU_OP_COPY_D2D:
+      return st->api.p_hipMemcpyDtoDAsync((void *)c->dst, (void *)c->src, c->size, s);
+    case GPU_OP_STREAM_CREATE:
+      r = st->api.p_hipStreamCreateWithFlags(&s, hipStreamNonBlocking);
+      c->out = s;
+      return r;
+    case GPU_OP_STREAM_DESTROY:
+      return st->api.p_hipStreamDestroy(s);
+    case GPU_OP_STREAM_SYNCHRONIZE:
+      return st->api.p_hipStreamSynchronize(s);
+    case GPU_OP_EVENT_CREATE:
+      r = st->api.p_hipEventCreateWithFlags(&e, hipEventDisableTiming);
+      c->out = e;
+      return r;
+    case GPU_OP_EVENT_DESTROY:
+      return st->api.p_hipEventDestroy(e);
+    case GPU_OP_EVENT_RECORD:
+      return st->api.p_hipEventRecord(e, s);
+    case GPU_OP_STREAM_WAIT_EVENT:
+      return st->api.p_hipStreamWaitEvent(s, e, 0);
+    case GPU_OP_EVENT_SYNCHRONIZE:
+      return st->api.p_hipEventSynchronize(e);
+    default:
+      return st->api.p_hipEventQuery(e);
   }
-  *ptr = (void *)aligned;
-  return DEVBUF_OK;
 }
 
-static int hip_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err) {
-  const char *op = "hipFree";
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, ptr != NULL, "mem_free: NULL pointer");
-  r = hip_raw_free(st, scope.dev, (void *)gpu_align_forget(&st->align, (uintptr_t)ptr),
-                   (hipStream_t)stream, &op);
-  GPU_SCOPE_END(hip, hipSuccess, op);
+static int hip_fail_detail(void *state, devbuf_error *err, int r, const char *op,
+                           const char *detail) {
+  return hip_fail(state, err, (hipError_t)r, op, "%s", detail);
 }
 
-static int hip_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err) {
-  void *p = NULL;
-  if (gpu_check_out(ptr, "host_alloc", "ptr", err) != DEVBUF_OK) return DEVBUF_EINVAL;
-  GPU_SCOPE_BEGIN(hip);
-  r = st->api.p_hipHostMalloc(&p, size ? size : 1, hipHostMallocPortable);
-  if (r == hipSuccess) *ptr = p;
-  GPU_SCOPE_END(hip, hipSuccess, "hipHostMalloc");
-}
-
-static int hip_host_free(void *state, int device, void *ptr, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, ptr != NULL, "host_free: NULL pointer");
-  r = st->api.p_hipHostFree(ptr);
-  GPU_SCOPE_END(hip, hipSuccess, "hipHostFree");
-}
-
-/* ---- copies -------------------------------------------------------------- */
-
-enum { HIP_H2D, HIP_D2H, HIP_D2D };
-
-/* One function for the three directions: HIP's three copies have one type
- * (hipDeviceptr_t is void *), so the direction only picks the entry point. */
-static int hip_copy(void *state, int device, int kind, void *dst, size_t dst_offset,
-                    const void *src, size_t src_offset, size_t nbytes, void *stream,
-                    devbuf_error *err) {
-  static const char *const what[] = {"copy_h2d", "copy_d2h", "copy_d2d"};
-  static const char *const ops[] = {"hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync",
-                                    "hipMemcpyDtoDAsync"};
-  uintptr_t to = 0, from = 0;
-  int nothing = 0;
-  GPU_SCOPE_BEGIN(hip);
-  __typeof__(st->api.p_hipMemcpyDtoDAsync) fns[] = {
-      st->api.p_hipMemcpyHtoDAsync, st->api.p_hipMemcpyDtoHAsync, st->api.p_hipMemcpyDtoDAsync};
-  rc = gpu_check_copy(what[kind], dst, dst_offset, src, src_offset, nbytes, &to, &from, &nothing,
-                      err);
-  if (rc != DEVBUF_OK || nothing) {
-    hip_leave(st, &scope);
-    return rc;
-  }
-  /* HIP declares the host source non-const; it only reads it. */
-  r = fns[kind]((void *)to, (void *)from, nbytes, (hipStream_t)stream);
-  GPU_SCOPE_END(hip, hipSuccess, ops[kind]);
-}
-
-static int hip_copy_h2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
-                        size_t nbytes, void *stream, devbuf_error *err) {
-  return hip_copy(state, device, HIP_H2D, dst, dst_offset, src, 0, nbytes, stream, err);
-}
-
-static int hip_copy_d2h(void *state, int device, void *dst, const void *src, size_t src_offset,
-                        size_t nbytes, void *stream, devbuf_error *err) {
-  return hip_copy(state, device, HIP_D2H, dst, 0, src, src_offset, nbytes, stream, err);
-}
-
-static int hip_copy_d2d(void *state, int device, void *dst, size_t dst_offset, const void *src,
-                        size_t src_offset, size_t nbytes, void *stream, devbuf_error *err) {
-  return hip_copy(state, device, HIP_D2D, dst, dst_offset, src, src_offset, nbytes, stream, err);
-}
-
-/* ---- streams and events ------------------------------------------------ */
-
-static int hip_stream_create(void *state, int device, void **stream, devbuf_error *err) {
-  hipStream_t s = NULL;
-  if (gpu_check_out(stream, "stream_create", "stream", err) != DEVBUF_OK) return DEVBUF_EINVAL;
-  GPU_SCOPE_BEGIN(hip);
-  r = st->api.p_hipStreamCreateWithFlags(&s, hipStreamNonBlocking);
-  if (r == hipSuccess) *stream = s;
-  GPU_SCOPE_END(hip, hipSuccess, "hipStreamCreateWithFlags");
-}
-
-static int hip_event_create(void *state, int device, void **event, devbuf_error *err) {
-  hipEvent_t e = NULL;
-  if (gpu_check_out(event, "event_create", "event", err) != DEVBUF_OK) return DEVBUF_EINVAL;
-  GPU_SCOPE_BEGIN(hip);
-  r = st->api.p_hipEventCreateWithFlags(&e, hipEventDisableTiming);
-  if (r == hipSuccess) *event = e;
-  GPU_SCOPE_END(hip, hipSuccess, "hipEventCreateWithFlags");
-}
-
-static int hip_stream_destroy(void *state, int device, void *stream, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  /* The default stream was never created, so cannot be destroyed. */
-  GPU_SCOPE_NEED(hip, stream != NULL, "stream_destroy: NULL is the default stream");
-  r = st->api.p_hipStreamDestroy((hipStream_t)stream);
-  GPU_SCOPE_END(hip, hipSuccess, "hipStreamDestroy");
-}
-
-static int hip_stream_synchronize(void *state, int device, void *stream, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  r = st->api.p_hipStreamSynchronize((hipStream_t)stream);
-  GPU_SCOPE_END(hip, hipSuccess, "hipStreamSynchronize");
-}
-
-static int hip_event_destroy(void *state, int device, void *event, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, event != NULL, "event_destroy: NULL event");
-  r = st->api.p_hipEventDestroy((hipEvent_t)event);
-  GPU_SCOPE_END(hip, hipSuccess, "hipEventDestroy");
-}
-
-static int hip_event_record(void *state, int device, void *event, void *stream,
-                            devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, event != NULL, "event_record: NULL event");
-  r = st->api.p_hipEventRecord((hipEvent_t)event, (hipStream_t)stream);
-  GPU_SCOPE_END(hip, hipSuccess, "hipEventRecord");
-}
-
-static int hip_stream_wait_event(void *state, int device, void *stream, void *event,
-                                 devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, event != NULL, "stream_wait_event: NULL event");
-  r = st->api.p_hipStreamWaitEvent((hipStream_t)stream, (hipEvent_t)event, 0);
-  GPU_SCOPE_END(hip, hipSuccess, "hipStreamWaitEvent");
-}
-
-static int hip_event_synchronize(void *state, int device, void *event, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, event != NULL, "event_synchronize: NULL event");
-  r = st->api.p_hipEventSynchronize((hipEvent_t)event);
-  GPU_SCOPE_END(hip, hipSuccess, "hipEventSynchronize");
-}
-
-static int hip_event_query(void *state, int device, void *event, devbuf_error *err) {
-  GPU_SCOPE_BEGIN(hip);
-  GPU_SCOPE_NEED(hip, event != NULL, "event_query: NULL event");
-  r = st->api.p_hipEventQuery((hipEvent_t)event);
-  if (r == hipErrorNotReady) { /* not an error: just not yet */
-    hip_leave(st, &scope);
-    return DEVBUF_EBUSY;
-  }
-  GPU_SCOPE_END(hip, hipSuccess, "hipEventQuery");
-}
-
-/* ---- device_info ------------------------------------------------------ */
-
-static int hip_device_info_export(void *state, const char *identifier, int device, void *event,
-                                  void *stream, uint32_t flags, void *out, size_t capacity,
-                                  size_t *size, devbuf_error *err) {
-  int rc = gpu_info_export_check(state, identifier, device, flags, out, capacity, size, err);
-  /* event: a hipEvent_t; stream: a hipStream_t */
-  if (rc == DEVBUF_OK) devbuf_device_info_write(out, size, device, flags, event, stream);
-  return rc;
-}
+static const gpu_vendor hip_vendor = {
+    .enter = hip_enter,
+    .leave = hip_leave,
+    .call = hip_call,
+    .fail = hip_fail_detail,
+    .names = hip_names,
+    .ok = hipSuccess,
+    .not_ready = hipErrorNotReady,
+    .native_alignment = HIP_NATIVE_ALIGNMENT,
+};
 
 /* ---- the table --------------------------------------------------------- */
 
@@ -517,29 +402,10 @@ static const devbuf_plugin_table hip_table = {
     .identifiers = hip_identifiers,
     .init = hip_init_plugin,
     .shutdown = hip_shutdown,
-    .device_count = gpu_device_count,
     .device_props = hip_device_props,
-    .mem_alloc = hip_mem_alloc,
-    .mem_free = hip_mem_free,
-    .copy_h2d = hip_copy_h2d,
-    .copy_d2h = hip_copy_d2h,
-    .copy_d2d = hip_copy_d2d,
-    .stream_create = hip_stream_create,
-    .stream_destroy = hip_stream_destroy,
-    .stream_synchronize = hip_stream_synchronize,
-    .event_create = hip_event_create,
-    .event_destroy = hip_event_destroy,
-    .event_record = hip_event_record,
-    .stream_wait_event = hip_stream_wait_event,
-    .event_synchronize = hip_event_synchronize,
-    .event_query = hip_event_query,
-    .device_info_export = hip_device_info_export,
-    .device_info_import = gpu_info_import,
-    .dtype_namespaces = NULL,
-    .host_alloc = hip_host_alloc,
-    .host_free = hip_host_free,
-    .ext_functions = NULL,
-    .ext_function_count = 0,
+    /* The rest: plugins/common over hip_vendor. device_info carries the
+     * caller's handles as they are (event: a hipEvent_t; stream: a hipStream_t). */
+    GPU_SCOPED_SLOTS,
 };
 
 DEVBUF_PLUGIN_EXPORT const devbuf_plugin_table *devbuf_plugin_entry(void) { return &hip_table; }

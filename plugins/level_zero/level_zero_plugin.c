@@ -112,17 +112,15 @@ typedef struct lz_device {
   lz_stream *default_stream;
 } lz_device;
 
+/* base.handles holds every stream and event handed out, so that a bad
+ * handle is refused instead of dereferenced, and a foreign ze_event_handle_t
+ * (from another producer's device_info) is told apart from a devbuf event. */
 typedef struct lz_state {
-  gpu_lazy lazy; /* first: the loader, tried once; lazy.count devices */
+  gpu_base base; /* first: the loader, tried once (base.lazy.count devices) */
   lz_api api;
   int ndrivers;
   lz_driver *drivers;
   lz_device *devs;
-
-  /* Every stream and event handed out, so that a bad handle is refused
-   * instead of dereferenced, and a foreign ze_event_handle_t (from another
-   * producer's device_info) is told apart from a devbuf event. */
-  gpu_handles handles;
 } lz_state;
 
 /* ---- errors ----------------------------------------------------------- */
@@ -205,7 +203,7 @@ static void lz_forget_devices(lz_state *st) {
   st->drivers = NULL;
   st->devs = NULL;
   st->ndrivers = 0;
-  st->lazy.count = 0;
+  st->base.lazy.count = 0;
 }
 
 /* The compute queue group of a device, or UINT32_MAX. */
@@ -231,7 +229,7 @@ static uint32_t lz_compute_group(lz_state *st, ze_device_handle_t dev) {
 
 static int lz_load(gpu_lazy *lz) {
   static const char *const defaults[] = {"libze_loader.so.1", NULL};
-  lz_state *st = (lz_state *)lz;
+  lz_state *st = (lz_state *)lz; /* lz is its first member */
   const char *libname = NULL;
   ze_driver_handle_t *drivers = NULL;
   uint32_t ndrivers = 0, total = 0;
@@ -470,8 +468,8 @@ static int lz_device_setup(void *ctx, devbuf_error *err) {
 /* The device, set up at its first use. */
 static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error *err) {
   lz_setup setup = {st, device};
-  int rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
-  if (rc == DEVBUF_OK) rc = gpu_once(&st->lazy, &st->devs[device].ready, lz_device_setup, &setup, err);
+  int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
+  if (rc == DEVBUF_OK) rc = gpu_once(&st->base.lazy, &st->devs[device].ready, lz_device_setup, &setup, err);
   if (rc == DEVBUF_OK) *out = &st->devs[device];
   return rc;
 }
@@ -485,7 +483,7 @@ static int lz_stream_get(lz_state *st, lz_device *d, int device, void *stream, l
     *out = d->default_stream;
     return DEVBUF_OK;
   }
-  if (gpu_handle_find(&st->handles, stream, 0) != GPU_HANDLE_STREAM)
+  if (gpu_handle_find(&st->base.handles, stream, 0) != GPU_HANDLE_STREAM)
     return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a live devbuf.level_zero stream",
                             op, stream);
   s = stream;
@@ -500,27 +498,13 @@ static int lz_stream_get(lz_state *st, lz_device *d, int device, void *stream, l
 
 static int lz_init(void **state, devbuf_error *err) {
   /* Cheap by contract: no dlopen, no driver call. */
-  lz_state *st = calloc(1, sizeof *st);
-  int rc;
-  if (st == NULL)
-    return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.level_zero init: out of memory");
-  rc = gpu_lazy_init(&st->lazy, LZ_IDENTIFIER, lz_load, err);
-  if (rc == DEVBUF_OK && !gpu_handles_init(&st->handles)) {
-    gpu_lazy_destroy(&st->lazy);
-    rc = devbuf_error_set(err, DEVBUF_EINIT, "devbuf.level_zero init: pthread_mutex_init failed");
-  }
-  if (rc != DEVBUF_OK) {
-    free(st);
-    return rc;
-  }
-  *state = st;
-  return DEVBUF_OK;
+  return gpu_base_new(state, sizeof(lz_state), LZ_IDENTIFIER, lz_load, NULL, err);
 }
 
 static void lz_shutdown(void *state) {
   lz_state *st = state;
   if (st == NULL) return;
-  for (int i = 0; i < st->lazy.count; i++)
+  for (int i = 0; i < st->base.lazy.count; i++)
     if (atomic_load(&st->devs[i].ready) && st->devs[i].default_stream != NULL)
       lz_stream_delete(st, st->devs[i].default_stream);
   for (int i = 0; i < st->ndrivers; i++) {
@@ -534,9 +518,7 @@ static void lz_shutdown(void *state) {
     if (atomic_load(&drv->ready)) st->api.p_zeContextDestroy(drv->ctx);
   }
   lz_forget_devices(st);
-  gpu_handles_destroy(&st->handles);
-  gpu_lazy_destroy(&st->lazy);
-  free(st);
+  gpu_base_free(st);
 }
 
 /* ---- devices ------------------------------------------------------------ */
@@ -551,7 +533,7 @@ static int lz_device_props(void *state, int device, devbuf_device_props *props,
   ze_result_t r;
   int rc;
   if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: NULL props");
-  rc = gpu_check_device(st ? &st->lazy : NULL, device, err);
+  rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
   if (rc != DEVBUF_OK) return rc;
   d = &st->devs[device];
   memset(&p, 0, sizeof p);
@@ -614,7 +596,7 @@ static int lz_stream_create(void *state, int device, void **stream, devbuf_error
   if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
   if (rc == DEVBUF_OK) rc = lz_stream_new(st, device, &s, err);
   if (rc != DEVBUF_OK) return rc;
-  if (!gpu_handle_add(&st->handles, s, GPU_HANDLE_STREAM)) {
+  if (!gpu_handle_add(&st->base.handles, s, GPU_HANDLE_STREAM)) {
     lz_stream_delete(st, s);
     return devbuf_error_set(err, DEVBUF_ENOMEM, "stream_create: out of host memory");
   }
@@ -636,7 +618,7 @@ static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error
   /* Destroying an immediate list with work in flight is undefined: drain. */
   rc = lz_stream_wait_host(st, s, err);
   if (rc != DEVBUF_OK) return rc;
-  gpu_handle_find(&st->handles, s, 1);
+  gpu_handle_find(&st->base.handles, s, 1);
   r = lz_stream_delete(st, s);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeCommandListDestroy", "device %d", device);
   return DEVBUF_OK;
@@ -788,7 +770,7 @@ static int lz_event_create(void *state, int device, void **event, devbuf_error *
   if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
   if (rc == DEVBUF_OK) rc = lz_event_new(st, &st->drivers[d->driver], device, &e, err);
   if (rc != DEVBUF_OK) return rc;
-  if (!gpu_handle_add(&st->handles, e, GPU_HANDLE_EVENT)) {
+  if (!gpu_handle_add(&st->base.handles, e, GPU_HANDLE_EVENT)) {
     lz_event_delete(st, &st->drivers[d->driver], e);
     return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of host memory");
   }
@@ -804,7 +786,7 @@ static int lz_event_get(lz_state *st, int device, void *event, int foreign_ok, c
   int rc = lz_device_get(st, device, d, err);
   if (rc != DEVBUF_OK) return rc;
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL event", op);
-  if (gpu_handle_find(&st->handles, event, 0) == GPU_HANDLE_EVENT) {
+  if (gpu_handle_find(&st->base.handles, event, 0) == GPU_HANDLE_EVENT) {
     *own = event;
     *raw = (*own)->ev;
     if ((*own)->device != device)
@@ -812,7 +794,7 @@ static int lz_event_get(lz_state *st, int device, void *event, int foreign_ok, c
                               op, (*own)->device, device);
     return DEVBUF_OK;
   }
-  if (!foreign_ok || gpu_handle_find(&st->handles, event, 0) != 0)
+  if (!foreign_ok || gpu_handle_find(&st->base.handles, event, 0) != 0)
     return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a live devbuf.level_zero event",
                             op, event);
   *own = NULL;
@@ -828,7 +810,7 @@ static int lz_event_destroy(void *state, int device, void *event, devbuf_error *
   ze_result_t r;
   int rc = lz_event_get(st, device, event, 0, "event_destroy", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  gpu_handle_find(&st->handles, e, 1);
+  gpu_handle_find(&st->base.handles, e, 1);
   r = lz_event_delete(st, &st->drivers[d->driver], e);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeEventDestroy", "device %d", device);
   return DEVBUF_OK;
