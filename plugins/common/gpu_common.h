@@ -80,11 +80,12 @@ int gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e);
 /* ensure, then `device` in range: "devbuf.cuda: no device 2 (2 devices)". */
 int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err);
 
-/* Double-checked one-time set-up of something per device (or per driver):
- * runs setup(ctx, err) under lz->lock unless *ready, and sets *ready when it
- * returns DEVBUF_OK. */
-int gpu_once(gpu_lazy *lz, atomic_int *ready, int (*setup)(void *ctx, devbuf_error *err),
-             void *ctx, devbuf_error *err);
+/* Double-checked one-time set-up of a device at its first use: runs
+ * setup(state, device, err) under lz->lock unless *ready, and sets *ready
+ * when it returns DEVBUF_OK. */
+int gpu_device_once(gpu_lazy *lz, atomic_int *ready,
+                    int (*setup)(void *state, int device, devbuf_error *err), void *state,
+                    int device, devbuf_error *err);
 
 /* Open the library: $env_var when set and not empty, else each of
  * `defaults` (NULL-terminated) in turn. Sets lz->lib and *used (the name

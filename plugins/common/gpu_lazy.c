@@ -61,13 +61,14 @@ int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-int gpu_once(gpu_lazy *lz, atomic_int *ready, int (*setup)(void *ctx, devbuf_error *err),
-             void *ctx, devbuf_error *err) {
+int gpu_device_once(gpu_lazy *lz, atomic_int *ready,
+                    int (*setup)(void *state, int device, devbuf_error *err), void *state,
+                    int device, devbuf_error *err) {
   int rc = DEVBUF_OK;
   if (atomic_load_explicit(ready, memory_order_acquire)) return DEVBUF_OK;
   pthread_mutex_lock(&lz->lock);
   if (!atomic_load_explicit(ready, memory_order_relaxed)) {
-    rc = setup(ctx, err);
+    rc = setup(state, device, err);
     if (rc == DEVBUF_OK) atomic_store_explicit(ready, 1, memory_order_release);
   }
   pthread_mutex_unlock(&lz->lock);

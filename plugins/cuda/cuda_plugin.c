@@ -210,23 +210,17 @@ static void cuda_make_pool(cuda_state *st, cuda_device *d) {
 
 /* First use of a device (under the lazy lock): retain its primary context
  * and make its pool there. */
-typedef struct cuda_setup {
-  cuda_state *st;
-  int device;
-} cuda_setup;
-
-static int cuda_device_setup(void *ctx, devbuf_error *err) {
-  cuda_setup *a = ctx;
-  cuda_state *st = a->st;
-  cuda_device *d = &st->devs[a->device];
+static int cuda_device_setup(void *state, int device, devbuf_error *err) {
+  cuda_state *st = state;
+  cuda_device *d = &st->devs[device];
   CUcontext prev = NULL;
   CUresult r = st->api.p_cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
   if (r != CUDA_SUCCESS)
-    return cuda_fail(st, err, r, "cuDevicePrimaryCtxRetain", "device %d", a->device);
+    return cuda_fail(st, err, r, "cuDevicePrimaryCtxRetain", "device %d", device);
   r = st->api.p_cuCtxPushCurrent(d->ctx);
   if (r != CUDA_SUCCESS) {
     st->api.p_cuDevicePrimaryCtxRelease(d->dev);
-    return cuda_fail(st, err, r, "cuCtxPushCurrent", "device %d", a->device);
+    return cuda_fail(st, err, r, "cuCtxPushCurrent", "device %d", device);
   }
   cuda_make_pool(st, d);
   st->api.p_cuCtxPopCurrent(&prev);
@@ -239,12 +233,12 @@ static int cuda_enter(void *state, int device, gpu_scope *scope, devbuf_error *e
   cuda_state *st = state;
   CUcontext cur = NULL;
   CUresult r;
-  cuda_setup setup = {st, device};
   cuda_device *d;
   int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
   scope->restore = 0;
   if (rc == DEVBUF_OK)
-    rc = gpu_once(&st->base.lazy, &st->devs[device].ready, cuda_device_setup, &setup, err);
+    rc = gpu_device_once(&st->base.lazy, &st->devs[device].ready, cuda_device_setup, st, device,
+                         err);
   if (rc != DEVBUF_OK) return rc;
   d = scope->dev = &st->devs[device];
   if (st->api.p_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == d->ctx) return DEVBUF_OK;

@@ -174,15 +174,10 @@ static int hip_load(gpu_lazy *lz) {
  * No pool is not an error: hipMalloc. Our own pool, so the default pool
  * other libraries share keeps its settings; the release threshold keeps
  * freed memory pooled. */
-typedef struct hip_setup {
-  hip_state *st;
-  int device;
-} hip_setup;
-
-static int hip_device_setup(void *ctx, devbuf_error *err) {
-  hip_state *st = ((hip_setup *)ctx)->st;
-  int ordinal = ((hip_setup *)ctx)->device, supported = 0;
+static int hip_device_setup(void *state, int ordinal, devbuf_error *err) {
+  hip_state *st = state;
   hip_device *d = &st->devs[ordinal];
+  int supported = 0;
   hipMemPoolProps props = {.allocType = hipMemAllocationTypePinned,
                            .handleTypes = hipMemHandleTypeNone,
                            .location = {.type = hipMemLocationTypeDevice, .id = ordinal}};
@@ -210,7 +205,6 @@ static void hip_leave(void *state, gpu_scope *scope);
  * first use); hip_leave restores the caller's choice. */
 static int hip_enter(void *state, int device, gpu_scope *scope, devbuf_error *err) {
   hip_state *st = state;
-  hip_setup setup = {st, device};
   int prev = -1;
   hipError_t r;
   int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
@@ -224,7 +218,8 @@ static int hip_enter(void *state, int device, gpu_scope *scope, devbuf_error *er
     scope->saved = prev;
     scope->restore = prev >= 0;
   }
-  rc = gpu_once(&st->base.lazy, &st->devs[device].ready, hip_device_setup, &setup, err);
+  rc = gpu_device_once(&st->base.lazy, &st->devs[device].ready, hip_device_setup, st, device,
+                       err);
   if (rc != DEVBUF_OK) hip_leave(st, scope);
   return rc;
 }

@@ -439,14 +439,8 @@ static ze_result_t lz_stream_delete(lz_state *st, lz_stream *s) {
 
 /* First use of a device (under the lazy lock): its driver's context (first
  * use of the driver) and its default stream. */
-typedef struct lz_setup {
-  lz_state *st;
-  int device;
-} lz_setup;
-
-static int lz_device_setup(void *ctx, devbuf_error *err) {
-  lz_state *st = ((lz_setup *)ctx)->st;
-  int device = ((lz_setup *)ctx)->device;
+static int lz_device_setup(void *state, int device, devbuf_error *err) {
+  lz_state *st = state;
   lz_device *d = &st->devs[device];
   lz_driver *drv = &st->drivers[d->driver];
   if (d->queue_group == UINT32_MAX)
@@ -467,9 +461,10 @@ static int lz_device_setup(void *ctx, devbuf_error *err) {
 
 /* The device, set up at its first use. */
 static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error *err) {
-  lz_setup setup = {st, device};
   int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
-  if (rc == DEVBUF_OK) rc = gpu_once(&st->base.lazy, &st->devs[device].ready, lz_device_setup, &setup, err);
+  if (rc == DEVBUF_OK)
+    rc = gpu_device_once(&st->base.lazy, &st->devs[device].ready, lz_device_setup, st, device,
+                         err);
   if (rc == DEVBUF_OK) *out = &st->devs[device];
   return rc;
 }
