@@ -77,6 +77,11 @@ int gpu_no_device(gpu_lazy *lz, int code, const char *fmt, ...) GPU_PRINTF(3, 4)
 /* Inside load: DEVBUF_ENODEV, with the message of a failed vendor call. */
 int gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e);
 
+/* Inside load, once lz->count is known: a zeroed table of lz->count device
+ * records of `size` bytes, or NULL with the reason recorded (`none` when
+ * there is no device, out of host memory otherwise). */
+void *gpu_device_table(gpu_lazy *lz, size_t size, const char *none);
+
 /* ensure, then `device` in range: "devbuf.cuda: no device 2 (2 devices)". */
 int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err);
 
@@ -100,10 +105,14 @@ typedef struct gpu_symbol {
   size_t offset;
 } gpu_symbol;
 
+/* An array of gpu_symbol as the (pointer, count) pair gpu_dlsym_all takes. */
+#define GPU_SYMBOLS(array) (array), sizeof(array) / sizeof *(array)
+
 /* Resolve every `required` symbol from lz->lib into `api` (all or none: on
  * a missing one, `api` is zeroed and the reason is "dlsym NAME in LIB:
  * symbol not found (`too_old`)"), then each `optional` one (NULL when the
- * library lacks it). Returns 1 when every required symbol was found. */
+ * library lacks it). Returns how many optional symbols are missing, or -1
+ * when a required one is. */
 int gpu_dlsym_all(gpu_lazy *lz, const char *libname, void *api, size_t api_size,
                   const gpu_symbol *required, size_t nrequired, const gpu_symbol *optional,
                   size_t noptional, const char *too_old);

@@ -52,6 +52,18 @@ int gpu_no_device_err(gpu_lazy *lz, const devbuf_error *e) {
   return gpu_no_device(lz, DEVBUF_ENODEV, "%s", e->message);
 }
 
+void *gpu_device_table(gpu_lazy *lz, size_t size, const char *none) {
+  void *t;
+  if (lz->count <= 0) {
+    gpu_no_device(lz, DEVBUF_ENODEV, "%s", none);
+    return NULL;
+  }
+  t = calloc((size_t)lz->count, size);
+  if (t == NULL)
+    gpu_no_device(lz, DEVBUF_ENOMEM, "%s: out of host memory for the device table", lz->plugin);
+  return t;
+}
+
 int gpu_check_device(gpu_lazy *lz, int device, devbuf_error *err) {
   int rc = gpu_lazy_ensure(lz, err);
   if (rc != DEVBUF_OK) return rc;
@@ -116,6 +128,7 @@ int gpu_dlopen(gpu_lazy *lz, const char *env_var, const char *const *defaults, c
 int gpu_dlsym_all(gpu_lazy *lz, const char *libname, void *api, size_t api_size,
                   const gpu_symbol *required, size_t nrequired, const gpu_symbol *optional,
                   size_t noptional, const char *too_old) {
+  int missing = 0;
   for (size_t i = 0; i < nrequired + noptional; i++) {
     const gpu_symbol *s = i < nrequired ? &required[i] : &optional[i - nrequired];
     void *p = dlsym(lz->lib, s->name);
@@ -123,12 +136,13 @@ int gpu_dlsym_all(gpu_lazy *lz, const char *libname, void *api, size_t api_size,
       gpu_no_device(lz, DEVBUF_ENODEV, "dlsym %s in %s: symbol not found (%s)", s->name, libname,
                     too_old);
       memset(api, 0, api_size);
-      return 0;
+      return -1;
     }
+    missing += p == NULL;
     /* POSIX: a function's address round-trips through void *. */
     memcpy((char *)api + s->offset, &p, sizeof p);
   }
-  return 1;
+  return missing;
 }
 
 /* ---- errors ------------------------------------------------------------- */

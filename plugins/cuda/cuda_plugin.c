@@ -142,25 +142,20 @@ static int cuda_load(gpu_lazy *lz) {
   static const char *const defaults[] = {"libcuda.so.1", NULL};
   cuda_state *st = (cuda_state *)lz; /* lz is its first member */
   const char *libname = NULL;
+  int missing;
   CUresult r;
   if (!gpu_dlopen(lz, "DEVBUF_CUDA_LIBRARY", defaults, &libname)) return lz->status;
-  if (!gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, cuda_required,
-                     sizeof cuda_required / sizeof *cuda_required, cuda_optional,
-                     sizeof cuda_optional / sizeof *cuda_optional,
-                     "driver too old for this plugin"))
-    return lz->status;
-  st->have_pool_api = st->api.p_cuMemAllocFromPoolAsync && st->api.p_cuMemFreeAsync &&
-                      st->api.p_cuMemPoolCreate && st->api.p_cuMemPoolDestroy &&
-                      st->api.p_cuMemPoolSetAttribute;
+  missing = gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, GPU_SYMBOLS(cuda_required),
+                          GPU_SYMBOLS(cuda_optional), "driver too old for this plugin");
+  if (missing < 0) return lz->status;
+  st->have_pool_api = missing == 0; /* the optional symbols are the pool API */
   if ((r = st->api.p_cuInit(0)) != CUDA_SUCCESS) return cuda_load_failed(st, r, "cuInit");
   if (st->api.p_cuDriverGetVersion(&st->driver_version) != CUDA_SUCCESS) st->driver_version = 0;
   if ((r = st->api.p_cuDeviceGetCount(&lz->count)) != CUDA_SUCCESS)
     return cuda_load_failed(st, r, "cuDeviceGetCount");
-  if (lz->count <= 0)
-    return gpu_no_device(lz, DEVBUF_ENODEV, "cuDeviceGetCount: the driver reports 0 CUDA devices");
-  st->devs = calloc((size_t)lz->count, sizeof *st->devs);
-  if (st->devs == NULL)
-    return gpu_no_device(lz, DEVBUF_ENOMEM, "cuda: out of host memory for the device table");
+  st->devs = gpu_device_table(lz, sizeof *st->devs,
+                              "cuDeviceGetCount: the driver reports 0 CUDA devices");
+  if (st->devs == NULL) return lz->status;
   for (int i = 0; i < lz->count; i++) {
     r = st->api.p_cuDeviceGet(&st->devs[i].dev, i);
     if (r != CUDA_SUCCESS) {

@@ -126,16 +126,13 @@ static int hip_load(gpu_lazy *lz) {
   const char *libname = NULL;
   devbuf_error e;
   hipError_t r;
+  int missing;
   if (!gpu_dlopen(lz, "DEVBUF_HIP_LIBRARY", hip_default_libraries, &libname))
     return lz->status;
-  if (!gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, hip_required,
-                     sizeof hip_required / sizeof *hip_required, hip_optional,
-                     sizeof hip_optional / sizeof *hip_optional,
-                     "HIP runtime too old for this plugin"))
-    return lz->status;
-  st->have_pool_api = st->api.p_hipMallocFromPoolAsync && st->api.p_hipFreeAsync &&
-                      st->api.p_hipMemPoolCreate && st->api.p_hipMemPoolDestroy &&
-                      st->api.p_hipMemPoolSetAttribute;
+  missing = gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, GPU_SYMBOLS(hip_required),
+                          GPU_SYMBOLS(hip_optional), "HIP runtime too old for this plugin");
+  if (missing < 0) return lz->status;
+  st->have_pool_api = missing == 0; /* the optional symbols are the pool API */
   r = st->api.p_hipInit(0);
   if (r != hipSuccess) {
     /* Without a GPU, hipInit's own code is vague (hipErrorInvalidDevice);
@@ -155,11 +152,9 @@ static int hip_load(gpu_lazy *lz) {
     hip_fail(st, &e, r, "hipGetDeviceCount", NULL);
     return gpu_no_device_err(lz, &e);
   }
-  if (lz->count <= 0)
-    return gpu_no_device(lz, DEVBUF_ENODEV, "hipGetDeviceCount: the runtime reports 0 HIP devices");
-  st->devs = calloc((size_t)lz->count, sizeof *st->devs);
-  if (st->devs == NULL)
-    return gpu_no_device(lz, DEVBUF_ENOMEM, "hip: out of host memory for the device table");
+  st->devs = gpu_device_table(lz, sizeof *st->devs,
+                              "hipGetDeviceCount: the runtime reports 0 HIP devices");
+  if (st->devs == NULL) return lz->status;
   for (int i = 0; i < lz->count; i++) {
     if ((r = st->api.p_hipDeviceGet(&st->devs[i].dev, i)) == hipSuccess) continue;
     hip_fail(st, &e, r, "hipDeviceGet", "ordinal %d", i);

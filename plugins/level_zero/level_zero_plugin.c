@@ -235,8 +235,8 @@ static int lz_load(gpu_lazy *lz) {
   uint32_t ndrivers = 0, total = 0;
   ze_result_t r;
   if (!gpu_dlopen(lz, "DEVBUF_LEVEL_ZERO_LIBRARY", defaults, &libname)) return lz->status;
-  if (!gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, lz_required,
-                     sizeof lz_required / sizeof *lz_required, NULL, 0, "loader too old"))
+  if (gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, GPU_SYMBOLS(lz_required), NULL, 0,
+                    "loader too old") < 0)
     return lz->status;
 
   r = st->api.p_zeInit(0);
