@@ -5,8 +5,8 @@
  * not installed: third-party plugins use devbuf/plugin.h alone.
  *
  * A library of helpers, not a framework: each plugin keeps its own state,
- * its own slot functions and its own table; it calls these for the parts
- * that do not depend on the vendor:
+ * its own table and entry symbol, and writes any slot it wants itself; it
+ * calls these for the parts that do not depend on the vendor:
  *
  *   gpu_lazy     the vendor library opened at first use, once, and the
  *                "no device" reason kept for every later call
@@ -22,6 +22,11 @@
  *   gpu_check_* / gpu_info_* / gpu_props_copy_out
  *                argument checks and device_info / device_props plumbing that
  *                every slot repeats
+ *   gpu_base     the head of every GPU plugin's state (the above, together)
+ *   gpu_scoped_* the memory, copy, stream and event slots of a vendor that
+ *                makes a device current per call (CUDA, HIP), written once
+ *                over the vendor's gpu_vendor hooks (enter, leave, one call
+ *                per operation, its error text)
  *
  * The vendor files keep only what is truly theirs: function names, types,
  * error names, and how a device is made current. */
@@ -202,10 +207,6 @@ int gpu_handle_find(gpu_handles *h, const void *p, int remove);
 /* A create-style out argument (stream_create, event_create, host_alloc):
  * "what: NULL name" when NULL, else *out cleared. */
 int gpu_check_out(void **out, const char *what, const char *name, devbuf_error *err);
-
-/* A handle or pointer that must not be NULL: "what: NULL name" (or `why`
- * when not NULL). */
-int gpu_check_arg(const void *p, const char *what, const char *why, devbuf_error *err);
 
 /* A copy's arguments, checked after the device: *to and *from are dst+offset
  * and src+offset; returns DEVBUF_OK with *nothing set when nbytes is 0. */

@@ -167,11 +167,6 @@ int gpu_check_out(void **out, const char *what, const char *name, devbuf_error *
   return DEVBUF_OK;
 }
 
-int gpu_check_arg(const void *p, const char *what, const char *why, devbuf_error *err) {
-  if (p != NULL) return DEVBUF_OK;
-  return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %s", what, why);
-}
-
 static int gpu_add_offset(uintptr_t base, size_t offset, uintptr_t *out) {
   if (offset > UINTPTR_MAX - base) return 0;
   *out = base + offset;
