@@ -152,7 +152,7 @@ typedef struct gpu_align_entry {
 
 typedef struct gpu_align_table {
   pthread_mutex_t lock;
-  atomic_size_t count; /* lets gpu_align_forget skip the lock when empty */
+  atomic_size_t count; /* lets gpu_align_base skip the lock when empty */
   gpu_align_entry *entries;
   size_t cap;
 } gpu_align_table;
@@ -160,8 +160,9 @@ typedef struct gpu_align_table {
 int gpu_align_init(gpu_align_table *t);
 void gpu_align_destroy(gpu_align_table *t);
 int gpu_align_remember(gpu_align_table *t, uintptr_t aligned, uintptr_t base);
-/* The base to free for `ptr` (ptr itself unless it was over-aligned). */
-uintptr_t gpu_align_forget(gpu_align_table *t, uintptr_t ptr);
+/* The base to free for `ptr` (ptr itself unless it was over-aligned);
+ * `remove` forgets it (once the base is freed). */
+uintptr_t gpu_align_base(gpu_align_table *t, uintptr_t ptr, int remove);
 
 /* mem_alloc's checks before any device work: ptr not NULL (*ptr cleared), a
  * power-of-two alignment, and the size to ask the vendor for (at least 1,

@@ -69,12 +69,15 @@ int gpu_scoped_mem_alloc(void *state, int device, size_t size, size_t alignment,
 int gpu_scoped_mem_free(void *state, int device, void *ptr, void *stream, devbuf_error *err) {
   gpu_base *b = state;
   gpu_call c = {.op = GPU_OP_MEM_FREE, .stream = stream};
-  /* The base is looked up only once the device is known to exist. */
+  /* The base is looked up once the device is known to exist, and forgotten
+   * only once it is freed: a free that fails can be tried again. */
   int rc = gpu_check_device(b ? &b->lazy : NULL, device, err);
   if (rc != DEVBUF_OK) return rc;
-  if (ptr != NULL) c.ptr = (void *)gpu_align_forget(&b->align, (uintptr_t)ptr);
-  return gpu_run(state, device, &c, ptr, "mem_free: NULL pointer", err, "%p on device %d", ptr,
-                 device);
+  if (ptr != NULL) c.ptr = (void *)gpu_align_base(&b->align, (uintptr_t)ptr, 0);
+  rc = gpu_run(state, device, &c, ptr, "mem_free: NULL pointer", err, "%p on device %d", ptr,
+               device);
+  if (rc == DEVBUF_OK && c.ptr != ptr) gpu_align_base(&b->align, (uintptr_t)ptr, 1);
+  return rc;
 }
 
 int gpu_scoped_host_alloc(void *state, int device, size_t size, void **ptr, devbuf_error *err) {

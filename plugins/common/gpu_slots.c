@@ -42,7 +42,7 @@ int gpu_align_remember(gpu_align_table *t, uintptr_t aligned, uintptr_t base) {
   return ok;
 }
 
-uintptr_t gpu_align_forget(gpu_align_table *t, uintptr_t ptr) {
+uintptr_t gpu_align_base(gpu_align_table *t, uintptr_t ptr, int remove) {
   uintptr_t base = ptr;
   if (atomic_load_explicit(&t->count, memory_order_relaxed) == 0) return base;
   pthread_mutex_lock(&t->lock);
@@ -50,8 +50,10 @@ uintptr_t gpu_align_forget(gpu_align_table *t, uintptr_t ptr) {
   for (size_t i = 0; i < n; i++) {
     if (t->entries[i].aligned == ptr) {
       base = t->entries[i].base;
-      t->entries[i] = t->entries[n - 1];
-      atomic_store(&t->count, n - 1);
+      if (remove) {
+        t->entries[i] = t->entries[n - 1];
+        atomic_store(&t->count, n - 1);
+      }
       break;
     }
   }
