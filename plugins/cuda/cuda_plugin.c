@@ -173,11 +173,10 @@ static int cuda_load(gpu_lazy *lz) {
  * be made is not an error: allocation falls back to cuMemAlloc. */
 static void cuda_make_pool(cuda_state *st, cuda_device *d) {
   int supported = 0;
-  const char *off = getenv("DEVBUF_CUDA_NO_POOL");
   CUmemPoolProps props;
   cuuint64_t threshold = UINT64_MAX;
   d->pool = NULL;
-  if (!st->have_pool_api || (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0)) return;
+  if (!st->have_pool_api || !gpu_pool_wanted("DEVBUF_CUDA_NO_POOL")) return;
   if (st->api.p_cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
                                      d->dev) != CUDA_SUCCESS ||
       !supported)
