@@ -54,7 +54,8 @@
 
 /* ---- the vendor library, opened once at first use ------------------------ */
 
-/* Put first in a plugin's state. `load` runs once, under `lock`, at the first
+/* The first member of gpu_base, and so of a plugin's state (a load function
+ * may cast it back). `load` runs once, under `lock`, at the first
  * gpu_lazy_ensure; it opens the library, fills `count` and returns
  * DEVBUF_OK, or returns what gpu_no_device returned (which records why). */
 typedef struct gpu_lazy {

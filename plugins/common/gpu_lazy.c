@@ -156,7 +156,8 @@ int gpu_status_lookup(const gpu_status_map *map, size_t n, long long vendor) {
 int gpu_fail_v(devbuf_error *err, int code, int backend_code, const char *op, const char *name,
                const char *text, int style, const char *fmt, va_list ap) {
   char detail[256] = "";
-  const char *open = style == GPU_DETAIL_COLON ? ": " : " (", *close = style == GPU_DETAIL_COLON ? "" : ")";
+  int colon = style == GPU_DETAIL_COLON;
+  const char *open = colon ? ": " : " (", *close = colon ? "" : ")";
   if (fmt != NULL) vsnprintf(detail, sizeof detail, fmt, ap);
   if (!detail[0]) open = close = "";
   /* Some runtimes return the name as the description: say it once. */

@@ -123,8 +123,8 @@ static int cuda_fail(const cuda_state *st, devbuf_error *err, CUresult r, const 
       st->api.p_cuGetErrorString(r, &text) != CUDA_SUCCESS || text == NULL)
     text = "unrecognized error code";
   va_start(ap, fmt);
-  code = gpu_fail_v(err, gpu_status_lookup(cuda_status, sizeof cuda_status / sizeof *cuda_status, r),
-                    (int)r, op, name, text, GPU_DETAIL_PAREN, fmt, ap);
+  code = gpu_status_lookup(cuda_status, sizeof cuda_status / sizeof *cuda_status, r);
+  code = gpu_fail_v(err, code, (int)r, op, name, text, GPU_DETAIL_PAREN, fmt, ap);
   va_end(ap);
   return code;
 }
