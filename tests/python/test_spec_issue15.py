@@ -257,6 +257,11 @@ def test_numpy_mode_offsets_are_the_callers():
     assert e.value.offset == 3
     f = devbuf.parse_format("i  d:x y:", "numpy")
     assert f.fields[1].src_offset == 3 and f.fields[1].name == "x y"
+    # an error at the end of a reserved payload maps to the caller's ']'
+    for fmt, off in [(" [struct$3]", 10), (" i [buffer$T{i]", 14)]:
+        with pytest.raises(devbuf.FormatError) as e:
+            devbuf.parse_format(fmt, "numpy")
+        assert e.value.offset == off, fmt
 
 
 # ---- every exporter: plain requests for device memory refused, extended fields untouched -
