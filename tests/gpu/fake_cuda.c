@@ -318,7 +318,9 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
 }
 
 static CUresult check_stream(CUstream s) {
-  if (s == NULL) return CUDA_SUCCESS;
+  /* The real driver's special handles (DLPack's stream 2 is the per-thread
+   * one): accepted, never dereferenced. */
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_SUCCESS;
   if (!fake_handle_is(s, FAKE_MAGIC_STREAM)) return CUDA_ERROR_INVALID_HANDLE;
   if (current() == NULL || s->h.device != current()->device) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS;
@@ -391,7 +393,9 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
 
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   NEED_CTX();
-  if (!fake_handle_is(hStream, FAKE_MAGIC_STREAM)) return CUDA_ERROR_INVALID_HANDLE;
+  if (hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
+      !fake_handle_is(hStream, FAKE_MAGIC_STREAM))
+    return CUDA_ERROR_INVALID_HANDLE;
   fake_handle_free(hStream);
   return CUDA_SUCCESS;
 }
