@@ -19,6 +19,7 @@ static Py_ssize_t simple_itemsize(const char *f) {
     /* standard sizes for the explicit byte orders; '@' is native = same here */
     f++;
   }
+  if (f[0] == 'Z' && (f[1] == 'f' || f[1] == 'd') && f[2] == '\0') return f[1] == 'f' ? 8 : 16;
   if (f[0] == '\0' || f[1] != '\0') return 0;
   switch (f[0]) {
     case 'b': case 'B': case 'c': case '?': case 'x': return 1;
