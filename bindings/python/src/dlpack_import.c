@@ -70,7 +70,10 @@ static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
     int64_t s = 1;
     for (int i = nd - 1; i >= 0; i--) {
       f->el_strides[i] = s;
-      s *= t->shape[i] > 0 ? t->shape[i] : 1; /* bounded: describe checked the extents */
+      /* Bounded by describe's extent check, except for an empty tensor,
+       * whose extents are not checked: saturate as libdevbuf does (a
+       * signed overflow here was UB, found by tests/python/pyfuzz.py). */
+      if (__builtin_mul_overflow(s, t->shape[i] > 0 ? t->shape[i] : 1, &s)) s = INT64_MAX;
     }
   }
   f->tensor.shape = nd ? f->el_shape : NULL;
