@@ -89,3 +89,8 @@ from ._pickle import (  # noqa: E402
 
 __all__ += ["HostStaging", "MissingDeviceError", "get_unpickle_policy", "set_unpickle_policy",
             "unpickle_policy"]
+
+# The Arrow PyCapsule (device) interface, both ways (arrow.c, docs/arrow.md).
+from ._devbuf import ArrowArray, from_arrow  # noqa: E402
+
+__all__ += ["ArrowArray", "from_arrow"]

@@ -1,6 +1,7 @@
 /* module.c: devbuf._devbuf, the CPython extension behind the devbuf package.
  * Module-level functions that belong to no type, and module init. */
 #include "dbp.h"
+#include "arrow.h"
 #include "interop.h"
 
 #include <string.h>
@@ -240,7 +241,7 @@ static int module_exec_first(PyObject *m) {
   if (devbuf_init(&err) != DEVBUF_OK) return dbp_fail(&err);
   if (dbp_device_init(m) < 0 || dbp_buffer_init(m) < 0 || dbp_view_init(m) < 0 ||
       dbp_format_init(m) < 0 || dbp_capi_init(m) < 0 || dbp_interop_init(m) < 0 ||
-      dbp_pickle_init(m) < 0)
+      dbp_pickle_init(m) < 0 || dbp_arrow_init(m) < 0)
     return -1;
   if (PyModule_AddIntConstant(m, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||

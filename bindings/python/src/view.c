@@ -15,6 +15,7 @@
  * fields included when the request has PyBUF_DEVICE; it cannot be released
  * while re-exported (BufferError), nor while a GIL-free operation runs on it. */
 #include "dbp.h"
+#include "arrow.h"   /* dbp_arrow_exporter */
 #include "interop.h" /* dbp_interop_exporter */
 
 #include <string.h>
@@ -47,7 +48,10 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
    * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
   PyObject *foreign = NULL;
   if (!PyObject_CheckBuffer(obj)) {
-    foreign = dbp_interop_exporter(obj);
+    /* Arrow first: its capsule carries the producer's sync_event and the
+     * custom-dtype extension, which DLPack of the same object would drop. */
+    foreign = dbp_arrow_exporter(obj);
+    if (foreign == NULL && !PyErr_Occurred()) foreign = dbp_interop_exporter(obj);
     if (foreign == NULL && PyErr_Occurred()) {
       Py_DECREF(v);
       return NULL;
