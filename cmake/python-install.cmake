@@ -92,14 +92,18 @@ foreach(_cand ${_devbuf_py_src}/devbuf ${_devbuf_py_src}/src/devbuf ${_devbuf_py
 endforeach()
 if(_devbuf_py_pkg_src)
   install(DIRECTORY ${_devbuf_py_pkg_src}/ DESTINATION ${_devbuf_pkg} COMPONENT python
-    FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed"
+    FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed" PATTERN "*.pxd"
     PATTERN "__pycache__" EXCLUDE)
 else()
   # Found at install time, when the build has laid the package out.
   install(DIRECTORY ${CMAKE_BINARY_DIR}/python/devbuf/ DESTINATION ${_devbuf_pkg} COMPONENT python
-    FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed"
+    FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed" PATTERN "*.pxd"
     PATTERN "__pycache__" EXCLUDE)
 endif()
+# The headers for `cimport devbuf` and C consumers (devbuf.get_include()),
+# laid out by the bindings' build in the package's include/ folder.
+install(DIRECTORY ${CMAKE_BINARY_DIR}/python/devbuf/include/ DESTINATION ${_devbuf_pkg}/include
+  COMPONENT python FILES_MATCHING PATTERN "*.h")
 
 # The launcher behind the wheel's `devbuf-info` console script (pyproject.toml
 # puts the native tool in devbuf/bin, where the launcher looks for it).

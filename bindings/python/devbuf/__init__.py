@@ -93,4 +93,7 @@ __all__ += ["HostStaging", "MissingDeviceError", "get_unpickle_policy", "set_unp
 # The Arrow PyCapsule (device) interface, both ways (arrow.c, docs/arrow.md).
 from ._devbuf import ArrowArray, from_arrow  # noqa: E402
 
-__all__ += ["ArrowArray", "from_arrow"]
+# Headers for C and Cython consumers (`cimport devbuf`, devbuf/__init__.pxd).
+from ._include import get_include  # noqa: E402
+
+__all__ += ["ArrowArray", "from_arrow", "get_include"]

@@ -1,0 +1,12 @@
+"""Where C and Cython consumers find devbuf's headers (docs/consumers.md)."""
+from __future__ import annotations
+
+import os
+
+
+def get_include() -> str:
+    """The folder holding devbuf_buffer.h, devbuf_capi.h and devbuf/*.h.
+
+    For Cython: ``cimport devbuf`` needs this on the C include path (and the
+    folder holding the devbuf package on Cython's, which sys.path gives)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
