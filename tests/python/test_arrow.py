@@ -415,3 +415,23 @@ def test_devbuf_to_devbuf_through_arrow_releases_the_export():
     gc.collect()
     assert buf.exports == 0
     buf.free()
+
+
+def test_release_from_a_thread_without_the_gil():
+    """A consumer that moved the array out may release it from any thread,
+    without the GIL (ctypes drops the GIL around the call)."""
+    import threading
+    buf = devbuf.from_host(np.arange(4, dtype=np.int32))
+    s, c = buf.__arrow_c_array__()
+    src = capsule(c, "arrow_array", ArrowArray)
+    moved = ArrowArray.from_buffer_copy(src)  # the move: copy, then null the source
+    src.release = None
+    del s, c
+    assert buf.exports == 1  # the moved array holds it now
+    release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(moved.release)
+    t = threading.Thread(target=release, args=(ctypes.addressof(moved),))
+    t.start()
+    t.join()
+    assert moved.release is None and buf.exports == 0
+    release(ctypes.addressof(moved))  # released already: a no-op
+    assert buf.exports == 0

@@ -158,15 +158,27 @@ typedef struct ExpArray {
 } ExpArray;
 
 /* Arrow may release from any thread, without the GIL: take it to drop the
- * view (which releases devbuf's export), unless the interpreter is gone. */
+ * view (which releases devbuf's export), unless the interpreter is gone. A
+ * thread that already runs Python (a capsule destructor, pyarrow's release
+ * under the GIL, a subinterpreter whose thread state PyGILState does not
+ * know) must not ask again: it would wait on itself. */
 static void exp_array_release(DbpArrowArray *a) {
   if (a->release == NULL) return;
   ExpArray *p = a->private_data;
   if (p != NULL) {
     if (p->holder != NULL && Py_IsInitialized()) {
-      PyGILState_STATE g = PyGILState_Ensure();
-      Py_DECREF(p->holder);
-      PyGILState_Release(g);
+#if PY_VERSION_HEX >= 0x030D0000
+      PyThreadState *ts = PyThreadState_GetUnchecked();
+#else
+      PyThreadState *ts = _PyThreadState_UncheckedGet();
+#endif
+      if (ts != NULL) {
+        Py_DECREF(p->holder);
+      } else {
+        PyGILState_STATE g = PyGILState_Ensure();
+        Py_DECREF(p->holder);
+        PyGILState_Release(g);
+      }
     }
     free(p);
   }
