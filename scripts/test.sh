@@ -82,7 +82,7 @@ pysan=(env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name
        ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
        DEVBUF_BUILD_DIR="$ROOT/build-asan-py" PYTHONPATH="$ROOT/build-asan-py/python")
 "${pysan[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hardening_i20.py \
-  tests/python/test_pyfuzz.py || status=1
+  tests/python/test_pyfuzz.py tests/python/test_arrow.py || status=1
 "${pysan[@]}" .venv/bin/python tests/python/pyfuzz.py --seconds "${DEVBUF_PYFUZZ_SECONDS:-20}" || status=1
 # ---- end of hardening stages ----
 
