@@ -101,9 +101,13 @@ else()
     PATTERN "__pycache__" EXCLUDE)
 endif()
 # The headers for `cimport devbuf` and C consumers (devbuf.get_include()),
-# laid out by the bindings' build in the package's include/ folder.
-install(DIRECTORY ${CMAKE_BINARY_DIR}/python/devbuf/include/ DESTINATION ${_devbuf_pkg}/include
-  COMPONENT python FILES_MATCHING PATTERN "*.h")
+# laid out by the bindings' build in the package's include/ folder; a wheel
+# already puts the include dir there (CMAKE_INSTALL_INCLUDEDIR=devbuf/include).
+string(REGEX REPLACE "^\\./" "" _devbuf_incdir "${CMAKE_INSTALL_INCLUDEDIR}")
+if(NOT _devbuf_incdir STREQUAL "${_devbuf_pkg}/include")
+  install(DIRECTORY ${CMAKE_BINARY_DIR}/python/devbuf/include/ DESTINATION ${_devbuf_pkg}/include
+    COMPONENT python FILES_MATCHING PATTERN "*.h")
+endif()
 
 # The launcher behind the wheel's `devbuf-info` console script (pyproject.toml
 # puts the native tool in devbuf/bin, where the launcher looks for it).
