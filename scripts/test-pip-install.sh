@@ -113,7 +113,8 @@ contents=$("$vpy" -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.a
 for pattern in 'devbuf/__init__\.py' 'devbuf/_devbuf[.].*\.so' 'devbuf/lib/libdevbuf\.so\.[0-9]+$' \
                'devbuf/lib/devbuf/plugins/devbuf_plugin_cpu\.so' 'devbuf/lib/devbuf/plugins/devbuf_plugin_sim\.so' \
                'devbuf/bin/devbuf-info' 'devbuf/_devbuf_info\.py' 'devbuf/include/devbuf/plugin\.h' \
-               'devbuf/lib/cmake/devbuf/devbufConfig\.cmake' 'entry_points\.txt'; do
+               'devbuf/lib/cmake/devbuf/devbufConfig\.cmake' 'entry_points\.txt' \
+               'devbuf/__init__\.pxd' 'devbuf/include/devbuf_capi\.h'; do
   grep -E -q "$pattern" <<<"$contents" || die "wheel $(basename "$wheel") has no file matching $pattern"
 done
 if grep -E -q '^(bin|lib|include|share)/' <<<"$contents"; then

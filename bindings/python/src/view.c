@@ -48,9 +48,12 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
    * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
   PyObject *foreign = NULL;
   if (!PyObject_CheckBuffer(obj)) {
-    /* Arrow first: its capsule carries the producer's sync_event and the
-     * custom-dtype extension, which DLPack of the same object would drop. */
-    foreign = dbp_arrow_exporter(obj);
+    /* Arrow before __dlpack__: its capsule carries the producer's
+     * sync_event and the custom-dtype extension, which DLPack of the same
+     * object would drop. A type with the DLPack exchange table keeps its
+     * fast path (a cached per-type lookup) without the Arrow lookups. */
+    if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred())
+      foreign = dbp_arrow_exporter(obj);
     if (foreign == NULL && !PyErr_Occurred()) foreign = dbp_interop_exporter(obj);
     if (foreign == NULL && PyErr_Occurred()) {
       Py_DECREF(v);
