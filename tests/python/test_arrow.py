@@ -140,6 +140,16 @@ def test_pyarrow_device_capsule_of_host_memory():
     arr = pa.Array._import_from_c_device_capsule(s, d)
     assert arr.device_type == pa.DeviceAllocationType.CPU
     np.testing.assert_array_equal(arr.to_numpy(), vals)
+    # a DeviceView of any host producer goes out the same way, zero-copy
+    v = devbuf.view(vals)
+    arr2 = pa.array(v)
+    assert arr2.buffers()[1].address == vals.ctypes.data
+    np.testing.assert_array_equal(arr2.to_numpy(), vals)
+    with pytest.raises(BufferError):
+        v.release()  # pyarrow holds a re-export of it
+    del arr2
+    gc.collect()
+    v.release()
 
 
 def test_bool_goes_as_bytes_tagged():
