@@ -261,3 +261,10 @@ def test_empty_dlpack_tensor_with_huge_other_dimensions():
     v.release()
     del a
     p.settle()
+
+
+def test_rebuild_refuses_empty_format_with_itemsize():
+    # Found by pyfuzz (pickle target) against the pre-fix build: format ''
+    # (0-byte items) with item size 2 was accepted.
+    with pytest.raises(ValueError, match="itemsize 2 does not match format ''"):
+        _pickle._rebuild_buffer(_meta(format="", itemsize=2), bytearray(8))
