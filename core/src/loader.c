@@ -99,6 +99,11 @@ static const char *slot_names[] = {"device_count", "device_props", "mem_alloc", 
                                    "event_destroy", "event_record", "stream_wait_event",
                                    "event_synchronize", "event_query"};
 
+/* copy_h2d and every slot after it may be NULL from ABI 1.1 on. */
+#define FIRST_DEFAULTED_SLOT 4
+/* stream_create and every slot after it: the handles the defaults make. */
+#define FIRST_STREAM_SLOT 7
+
 static const void *slot_value(const devbuf_plugin_table *t, size_t i) {
   const void *v[] = {(const void *)t->device_count,      (const void *)t->device_props,
                      (const void *)t->mem_alloc,         (const void *)t->mem_free,
@@ -184,20 +189,54 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   }
   b->version = devbuf__strdup(t->version);
   b->description = devbuf__strdup(devbuf__printable(t->description, MAX_TEXT) ? t->description : "");
-  for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0]; i++) {
-    if (slot_value(t, i) == NULL) {
+  /* A table with no identifier serves only dtype namespaces (ABI 1.1): it
+   * has no device, so no device slot is asked of it. */
+  int dtype_only = (t->identifiers == NULL || t->identifiers[0] == NULL) &&
+                   t->dtype_namespaces != NULL && t->abi_minor >= 1;
+  for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0] && !dtype_only; i++) {
+    /* From ABI 1.1, the copy, stream and event slots may be NULL: the
+     * runtime then runs synchronous defaults, for host-accessible devices
+     * only (checked at the call). A 1.0 table is held to 1.0's rules. */
+    if (slot_value(t, i) == NULL && !(t->abi_minor >= 1 && i >= FIRST_DEFAULTED_SLOT)) {
       rc = fail_record(b, DEVBUF_EABI, index, err,
-                       "%s (%s): mandatory slot '%s' is NULL", path, b->name, slot_names[i]);
+                       "%s (%s): mandatory slot '%s' is NULL%s", path, b->name, slot_names[i],
+                       i >= FIRST_DEFAULTED_SLOT
+                           ? " (a plugin built for ABI 1.1 or later may leave it NULL when its "
+                             "device is host-accessible)"
+                           : "");
       goto fail;
     }
   }
-  if (t->identifiers == NULL || t->identifiers[0] == NULL) {
+  /* The defaults' stream and event handles mean nothing to a plugin's own
+   * slots, nor theirs to the defaults: those nine are NULL together or set
+   * together. */
+  if (!dtype_only) {
+    size_t first_null = 0, first_set = 0, nulls = 0, nstream = 0;
+    for (size_t i = FIRST_STREAM_SLOT; i < sizeof slot_names / sizeof slot_names[0]; i++, nstream++) {
+      if (slot_value(t, i) == NULL) {
+        if (nulls++ == 0) first_null = i;
+      } else if (first_set == 0) {
+        first_set = i;
+      }
+    }
+    if (nulls != 0 && nulls != nstream) {
+      rc = fail_record(b, DEVBUF_EABI, index, err,
+                       "%s (%s): slot '%s' is NULL but '%s' is not: the stream and event slots "
+                       "(stream_create to event_query) are all set, or all NULL for the "
+                       "runtime's synchronous defaults", path, b->name, slot_names[first_null],
+                       slot_names[first_set]);
+      goto fail;
+    }
+  }
+  if (!dtype_only && (t->identifiers == NULL || t->identifiers[0] == NULL)) {
     rc = fail_record(b, DEVBUF_EABI, index, err,
-                     "%s (%s): the table declares no device identifiers", path, b->name);
+                     "%s (%s): the table declares no device identifiers (a plugin that only "
+                     "provides dtype namespaces sets dtype_namespaces and ABI minor >= 1)",
+                     path, b->name);
     goto fail;
   }
   size_t nids = 0;
-  for (; t->identifiers[nids] != NULL; nids++) {
+  for (; !dtype_only && t->identifiers[nids] != NULL; nids++) {
     devbuf_error e;
     if (nids >= 64) {
       rc = fail_record(b, DEVBUF_EABI, index, err,
@@ -239,8 +278,10 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
     devbuf_error_clear(&e);
     int irc = t->init(&b->plugin_state, &e);
     if (irc != DEVBUF_OK) {
+      char num[48];
       rc = fail_record(b, DEVBUF_EINIT, index, err, "%s (%s): init failed: %s: %s", path,
-                       b->name, devbuf_status_name(irc), e.message[0] ? e.message : "(no message)");
+                       b->name, devbuf__status_text(irc, num, sizeof num),
+                       e.message[0] ? e.message : "(no message)");
       goto fail;
     }
   }

@@ -117,15 +117,36 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
   if (b->state != DEVBUF_PLUGIN_LOADED)
     return devbuf_error_set(err, DEVBUF_ENODEV, "plugin %s is not loaded: %s",
                             b->name ? b->name : b->path, b->reason);
+  if (b->table.device_count == NULL)
+    return devbuf_error_set(err, DEVBUF_ENODEV,
+                            "plugin %s provides dtype namespaces only: it has no devices",
+                            b->name ? b->name : b->path);
   pthread_mutex_lock(&b->lock);
   if (!b->count_probed) {
     devbuf_error e;
     devbuf_error_clear(&e);
     int n = 0;
     int rc = b->table.device_count(b->plugin_state, &n, &e);
-    if (rc == DEVBUF_OK && n <= 0) {
+    /* Name what the plugin answered: "0 devices" or "DEVBUF_E?" would hide
+     * a broken plugin behind a missing device (issue 22). */
+    if (rc == DEVBUF_OK && n < 0) {
+      rc = DEVBUF_EABI;
+      snprintf(e.message, sizeof e.message,
+               "plugin '%s': device_count returned DEVBUF_OK with *count = %d (a count must be "
+               ">= 0; with no device return DEVBUF_ENODEV and the reason)",
+               b->name ? b->name : "?", n);
+    } else if (rc == DEVBUF_OK && n == 0) {
       rc = DEVBUF_ENODEV;
-      if (!e.message[0]) snprintf(e.message, sizeof e.message, "the plugin reports 0 devices");
+      if (!e.message[0])
+        snprintf(e.message, sizeof e.message,
+                 "the plugin reports 0 devices and gives no reason (device_count should return "
+                 "DEVBUF_ENODEV with one)");
+    } else if (rc != DEVBUF_OK && !devbuf__status_known(rc)) {
+      char m[DEVBUF_ERROR_MESSAGE_SIZE];
+      snprintf(m, sizeof m,
+               "plugin '%s': device_count returned %d, which is not a devbuf_status%s%s",
+               b->name ? b->name : "?", rc, e.message[0] ? ": " : "", e.message);
+      snprintf(e.message, sizeof e.message, "%s", m);
     }
     /* Checked, not trusted (issue 20): INT_MAX devices made callers loop
      * 2^31 times. */
@@ -135,11 +156,8 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
                "plugin '%s' reports %d devices, more than devbuf's limit of %d (a broken answer)",
                b->name ? b->name : "?", n, DEVBUF_MAX_DEVICES_PER_PLUGIN);
     }
-    if (rc != DEVBUF_OK && !e.message[0])
-      snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
-               devbuf_status_name(rc));
     /* A negative code breaks the plugin contract: keep statuses positive. */
-    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (rc < 0 ? DEVBUF_EBACKEND : rc);
+    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (devbuf__status_known(rc) ? rc : DEVBUF_EBACKEND);
     b->count = rc == DEVBUF_OK ? n : 0;
     snprintf(b->count_reason, sizeof b->count_reason, "%s", rc == DEVBUF_OK ? "" : e.message);
     b->count_probed = 1;

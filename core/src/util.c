@@ -23,6 +23,16 @@ const char *devbuf_status_name(int code) {
   return names[code];
 }
 
+int devbuf__status_known(int code) { return strcmp(devbuf_status_name(code), "DEVBUF_E?") != 0; }
+
+/* A plugin's status for a message: its name, or its number when it is not a
+ * devbuf_status (a broken plugin must not read as "DEVBUF_E?"). */
+const char *devbuf__status_text(int code, char *buf, size_t cap) {
+  if (devbuf__status_known(code)) return devbuf_status_name(code);
+  snprintf(buf, cap, "status %d (not a devbuf_status)", code);
+  return buf;
+}
+
 char *devbuf__strdup(const char *s) {
   if (s == NULL) return NULL;
   size_t n = strlen(s) + 1;

@@ -54,7 +54,7 @@ extern "C" {
 #endif
 
 #define DEVBUF_ABI_MAJOR 1
-#define DEVBUF_ABI_MINOR 0
+#define DEVBUF_ABI_MINOR 1
 
 /* The name of the one symbol a plugin exports. */
 #define DEVBUF_PLUGIN_ENTRY devbuf_plugin_entry
