@@ -116,6 +116,8 @@ static const void *slot_value(const devbuf_plugin_table *t, size_t i) {
   return v[i];
 }
 
+static int is_own_plugin(const char *path);
+
 /* Is this plugin allowed to claim the reserved identifier "cpu"? Only devbuf's
  * own cpu plugin, found in devbuf's own plugin directory. */
 static int may_claim_cpu(const devbuf_backend *b) {
@@ -319,16 +321,34 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
       /* The owner is a published record: duplicates within this table were
        * refused above, so it is never this one. */
       const devbuf_backend *o = owner < n ? devbuf__rt.backends[owner] : NULL;
+      int reserved = strncmp(t->identifiers[bad], "devbuf.", 7) == 0 && o && is_own_plugin(o->path);
       rc = fail_record(b, DEVBUF_EEXIST, index, err,
-                       "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s",
+                       "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s%s",
                        path, b->name, t->identifiers[bad], o && o->name ? o->name : "?",
-                       o ? o->path : "?");
+                       o ? o->path : "?",
+                       reserved ? " (devbuf.* identifiers belong to devbuf's own plugins, which "
+                                  "load first; name yours after your own package)"
+                                : "");
     } else {
       rc = fail_record(b, DEVBUF_ENOMEM, index, err,
                        "%s (%s): cannot intern identifier '%s' (registry full)", path, b->name,
                        t->identifiers[bad]);
     }
     goto fail;
+  }
+  /* Serving a devbuf.* identifier from outside devbuf's own directory is
+   * possible only where devbuf's own plugin is absent (not built, or
+   * DEVBUF_NO_DEFAULT_PLUGINS): never silently. */
+  for (size_t i = 0; i < nids && !is_own_plugin(path); i++) {
+    if (strncmp(ids[i], "devbuf.", 7) != 0) continue;
+    char *remark = devbuf__printf("%s%sserves '%s', an identifier reserved for devbuf's own "
+                                  "plugins (none of them provides it in this process)",
+                                  b->reason, b->reason[0] ? "; " : "", ids[i]);
+    if (remark) {
+      free(b->reason);
+      b->reason = remark;
+    }
+    break;
   }
   free(b->identifiers);
   b->identifiers = ids;
@@ -508,10 +528,21 @@ static int library_dir(char *out, size_t cap) {
   return 1;
 }
 
+/* devbuf's own plugin directory (realpath), once discovery has found it. */
+static char g_own_dir[PATH_MAX];
+
+/* Is `path` a file in devbuf's own plugin directory? */
+static int is_own_plugin(const char *path) {
+  const char *slash = strrchr(path, '/');
+  size_t n = slash ? (size_t)(slash - path) : 0;
+  return g_own_dir[0] != '\0' && n == strlen(g_own_dir) && strncmp(path, g_own_dir, n) == 0;
+}
+
 void devbuf__discover(void) {
   split_env("DEVBUF_PLUGINS", "DEVBUF_PLUGINS", 1);
   split_env("DEVBUF_PLUGIN_PATH", "DEVBUF_PLUGIN_PATH", 0);
   const char *nodef = devbuf__getenv("DEVBUF_NO_DEFAULT_PLUGINS");
+  size_t own = (size_t)-1;
   if (!(nodef && nodef[0] && strcmp(nodef, "0") != 0)) {
     char libdir[PATH_MAX];
     if (library_dir(libdir, sizeof libdir)) {
@@ -519,12 +550,22 @@ void devbuf__discover(void) {
       int in_build = realpath(DEVBUF_BUILD_LIB_DIR, build_real) != NULL &&
                      strcmp(build_real, libdir) == 0;
       char *dir = devbuf__printf("%s/%s", libdir, DEVBUF_PLUGIN_INSTALL_REL);
-      if (dir) add_search(dir, in_build ? "build tree" : "install", 0);
+      if (dir) {
+        own = devbuf__rt.nsearch;
+        add_search(dir, in_build ? "build tree" : "install", 0);
+        if (own == devbuf__rt.nsearch || realpath(dir, g_own_dir) == NULL) own = (size_t)-1;
+      }
       free(dir);
     }
   }
+  /* devbuf's own directory loads first: its plugins own the devbuf.*
+   * identifiers (and cpu), so a third-party plugin claiming one of them is
+   * the one refused, with both files named, whatever the search order. The
+   * search path keeps its documented order for listings. */
+  if (own != (size_t)-1 && devbuf__rt.search[own].exists) load_dir(&devbuf__rt.search[own]);
   for (size_t i = 0; i < devbuf__rt.nsearch; i++) {
     const devbuf_search_entry *e = &devbuf__rt.search[i];
+    if (i == own) continue;
     if (e->is_file) /* even a missing file: its record says so */
       devbuf__load_file(e->path, e->source, NULL, NULL);
     else if (e->exists)

@@ -10,8 +10,14 @@
  *      libdevbuf itself), or, when libdevbuf runs from its build tree, the
  *      build tree's plugin directory, so an uninstalled build finds its own
  *   unless DEVBUF_NO_DEFAULT_PLUGINS=1 turns step 3 off.
- * In a directory, the files named devbuf_plugin_*.so are loaded in name
- * order. Loading runs only each plugin's entry symbol and `init`: no driver
+ * That is the search path as listed; devbuf's own directory (step 3) is
+ * loaded first, so that its plugins keep the identifiers that belong to
+ * devbuf ("cpu", "devbuf.*"): a plugin from steps 1-2 claiming one of them
+ * is refused (DEVBUF_EEXIST, naming both files). One from outside devbuf's
+ * directory serves a devbuf.* identifier only where devbuf's own plugin is
+ * absent, and its record's `reason` says so. Otherwise the first plugin to
+ * claim an identifier keeps it. In a directory, the files named
+ * devbuf_plugin_*.so are loaded in name order. Loading runs only each plugin's entry symbol and `init`: no driver
  * is initialised until a device is used.
  *
  * Ownership: every `const char *` and struct pointer returned here is owned

@@ -1,0 +1,61 @@
+"""Issue 22, a plugin author's and a dtype owner's first day: devbuf.*
+identifiers stay devbuf's, shutdown is seen at exit, dtype-only plugins, and
+messages that say what to do. Each case runs in a fresh interpreter, since
+plugin discovery happens once per process."""
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def run_py(env, code, timeout=120):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_third_party_devbuf_sim_never_displaces_devbufs_own(devbuf_env, devbuf_build, tmp_path):
+    """A copy of the sim plugin outside devbuf's directory, first on
+    DEVBUF_PLUGINS, claims devbuf.sim: devbuf's own keeps it, and the loser's
+    record names both files."""
+    own = devbuf_build / "lib" / "devbuf" / "plugins" / "devbuf_plugin_sim.so"
+    if not own.exists():
+        pytest.skip("no sim plugin in this build")
+    impostor = tmp_path / "devbuf_plugin_sim.so"
+    shutil.copy(own, impostor)
+    env = dict(devbuf_env, DEVBUF_PLUGINS=str(impostor))
+    env.pop("DEVBUF_NO_DEFAULT_PLUGINS", None)
+    r = run_py(env, f"""
+        import devbuf
+        ps = devbuf.plugins()
+        mine = [p for p in ps if p.path == {str(impostor)!r}]
+        owner = [p for p in ps if "devbuf.sim" in p.identifiers]
+        assert len(owner) == 1 and owner[0].path == {str(own.resolve())!r}, owner
+        assert len(mine) == 1 and mine[0].state == "failed", mine
+        print(mine[0].reason)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reason = r.stdout
+    assert str(impostor) in reason and str(own.resolve()) in reason, reason
+    assert "identifier 'devbuf.sim' is already implemented by plugin 'sim'" in reason
+    assert "devbuf.* identifiers belong to devbuf's own plugins" in reason
+
+
+def test_a_stand_in_for_an_absent_devbuf_plugin_is_noted(devbuf_env, devbuf_build, tmp_path):
+    """Without devbuf's own plugins, the same file serves devbuf.sim, and its
+    record says so rather than passing silently."""
+    own = devbuf_build / "lib" / "devbuf" / "plugins" / "devbuf_plugin_sim.so"
+    if not own.exists():
+        pytest.skip("no sim plugin in this build")
+    standin = tmp_path / "devbuf_plugin_sim.so"
+    shutil.copy(own, standin)
+    env = dict(devbuf_env, DEVBUF_PLUGINS=str(standin), DEVBUF_NO_DEFAULT_PLUGINS="1")
+    r = run_py(env, """
+        import devbuf
+        [p] = [p for p in devbuf.plugins() if "devbuf.sim" in p.identifiers]
+        print(p.state, p.reason)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("loaded ")
+    assert "serves 'devbuf.sim', an identifier reserved for devbuf's own plugins" in r.stdout
