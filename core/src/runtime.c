@@ -1,6 +1,7 @@
 /* The runtime: one-time initialisation, plugin records, device resolution. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -8,7 +9,39 @@ devbuf_runtime devbuf__rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void init_once(void) { devbuf__discover(); }
+/* The process whose exit runs the plugins' shutdown: a forked child has
+ * copies of the plugins' state but not their threads, and must leave the
+ * parent's OS-wide resources (shm names, files) alone. */
+static pid_t g_exit_pid;
+
+/* At exit, every loaded plugin's `shutdown` runs once, in the reverse of
+ * load order, after which the runtime never calls it again (its records
+ * read "unregistered"; calls through them fail with DEVBUF_ENODEV). What a
+ * program leaked (memory, streams, events) may still be live: shutdown
+ * releases what it must and must not expect those to be freed first.
+ * Registered with atexit() after discovery, so it runs before the
+ * destructors of every shared object, plugins included (docs/plugin-authors.md). */
+static void exit_shutdown(void) {
+  if (getpid() != g_exit_pid) return;
+  for (size_t i = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire); i-- > 0;) {
+    devbuf_backend *b = devbuf__rt.backends[i];
+    pthread_mutex_lock(&devbuf__rt.lock);
+    int live = b->state == DEVBUF_PLUGIN_LOADED;
+    if (live) {
+      devbuf__ident_release_backend(i);
+      b->state = DEVBUF_PLUGIN_UNREGISTERED;
+    }
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    if (live && b->table.shutdown) b->table.shutdown(b->plugin_state);
+    if (live) b->plugin_state = NULL;
+  }
+}
+
+static void init_once(void) {
+  devbuf__discover();
+  g_exit_pid = getpid();
+  atexit(exit_shutdown); /* fails only without memory: then no shutdown at exit */
+}
 
 int devbuf_init(devbuf_error *err) {
   (void)err;

@@ -59,3 +59,29 @@ def test_a_stand_in_for_an_absent_devbuf_plugin_is_noted(devbuf_env, devbuf_buil
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("loaded ")
     assert "serves 'devbuf.sim', an identifier reserved for devbuf's own plugins" in r.stdout
+
+
+@pytest.mark.parametrize("how", ["return", "sys.exit", "exception"])
+def test_shutdown_is_seen_when_python_exits(devbuf_env, devbuf_build, tmp_path, how):
+    """A C plugin's shutdown runs once when the interpreter exits, however it
+    exits, in reverse load order, with a buffer still alive at exit."""
+    exit_dir = devbuf_build / "tests" / "core" / "exit"
+    a, b = exit_dir / "devbuf_plugin_exit_a.so", exit_dir / "devbuf_plugin_exit_b.so"
+    if not (a.exists() and b.exists()):
+        pytest.skip("exit trace plugins not built (tests/core)")
+    log = tmp_path / "trace"
+    env = dict(devbuf_env, DEVBUF_PLUGINS=f"{a}:{b}", DEVBUF_NO_DEFAULT_PLUGINS="1",
+               DEVBUF_TEST_EXIT_LOG=str(log))
+    end = {"return": "", "sys.exit": "sys.exit(0)", "exception": "raise SystemExit(3)"}[how]
+    r = run_py(env, f"""
+        import sys
+        import numpy as np
+        import devbuf
+        keep = devbuf.from_host(np.arange(8.0), device="test.exit_a")
+        assert bytes(memoryview(keep.to_host())) == np.arange(8.0).tobytes()
+        devbuf.from_host(np.arange(4.0), device="test.exit_b")
+        {end}
+    """)
+    assert r.returncode == (3 if how == "exception" else 0), r.stdout + r.stderr
+    assert log.read_text().splitlines() == ["init a", "init b", "shutdown b", "shutdown a"], \
+        log.read_text() + r.stderr

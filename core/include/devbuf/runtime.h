@@ -20,6 +20,10 @@
  * devbuf_plugin_*.so are loaded in name order. Loading runs only each plugin's entry symbol and `init`: no driver
  * is initialised until a device is used.
  *
+ * At process exit (not in a forked child), every plugin still loaded gets
+ * its `shutdown`, in the reverse of load order; afterwards calls through its
+ * devices fail with DEVBUF_ENODEV (see devbuf/plugin.h).
+ *
  * Ownership: every `const char *` and struct pointer returned here is owned
  * by the runtime and stays valid until the process exits (records are never
  * freed or moved, only appended), unless a comment says otherwise. Device
