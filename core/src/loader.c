@@ -193,8 +193,15 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   b->description = devbuf__strdup(devbuf__printable(t->description, MAX_TEXT) ? t->description : "");
   /* A table with no identifier serves only dtype namespaces (ABI 1.1): it
    * has no device, so no device slot is asked of it. */
-  int dtype_only = (t->identifiers == NULL || t->identifiers[0] == NULL) &&
-                   t->dtype_namespaces != NULL && t->abi_minor >= 1;
+  int no_ids = t->identifiers == NULL || t->identifiers[0] == NULL;
+  int dtype_only = no_ids && t->dtype_namespaces != NULL && t->abi_minor >= 1;
+  if (no_ids && t->dtype_namespaces != NULL && !dtype_only) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s (%s): the table declares no device identifiers (a plugin that only "
+                     "provides dtype namespaces sets dtype_namespaces and ABI minor >= 1; this "
+                     "one was built for ABI %u.%u)", path, b->name, t->abi_major, t->abi_minor);
+    goto fail;
+  }
   for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0] && !dtype_only; i++) {
     /* From ABI 1.1, the copy, stream and event slots may be NULL: the
      * runtime then runs synchronous defaults, for host-accessible devices

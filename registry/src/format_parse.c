@@ -429,6 +429,7 @@ static void why_add(char *why, size_t cap, const char *fmt, ...) {
 static void expand_unknown(const fp *p, size_t open, char *why, size_t cap) {
   char out[DEVBUF_ERROR_MESSAGE_SIZE];
   size_t o = 0;
+  int unknown = 0;
   for (const char *w = why; *w != '\0' && o + 1 < sizeof out; w++) {
     if (*w != '\x01') {
       out[o++] = *w;
@@ -454,8 +455,15 @@ static void expand_unknown(const fp *p, size_t open, char *why, size_t cap) {
                    idl, p->s + ids, prov);
     else
       n = snprintf(out + o, sizeof out - o, "'%.*s' is not a known dtype id", idl, p->s + ids);
+    unknown |= prov == NULL;
     if (n < 0) break;
     o += (size_t)n;
+    if (o >= sizeof out) o = sizeof out - 1;
+  }
+  /* Once, after every alternative: how a namespace comes to be known. */
+  if (unknown && o + 1 < sizeof out) {
+    int n = snprintf(out + o, sizeof out - o, " (%s)", DEVBUF_DTYPE_PROVIDE_HINT);
+    if (n > 0) o += (size_t)n;
     if (o >= sizeof out) o = sizeof out - 1;
   }
   out[o] = '\0';

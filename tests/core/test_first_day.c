@@ -183,11 +183,53 @@ static void test_broken_answers_are_named(void) {
   CHECK_OK(devbuf_plugin_unregister(idx, &err), &err);
 }
 
+static int ns_interpret(void *ctx, const char *payload, size_t len, devbuf_dtype_desc *out,
+                        devbuf_error *err) {
+  (void)ctx, (void)payload, (void)len, (void)err;
+  out->kind = DEVBUF_KIND_OPAQUE;
+  out->itemsize = 2;
+  out->alignment = 2;
+  out->bits = 16;
+  out->dlpack_code = -1;
+  return DEVBUF_OK;
+}
+
+static void test_dtype_only_tables(void) {
+  static const devbuf_dtype_namespace ns = {.struct_size = sizeof ns, .id = "firstdayns",
+                                            .provider = "firstday", .interpret = ns_interpret};
+  static const devbuf_dtype_namespace *const list[] = {&ns, NULL};
+  devbuf_plugin_table t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.abi_major = DEVBUF_ABI_MAJOR;
+  t.abi_minor = 1;
+  t.name = "firstday_dtypes";
+  t.version = "0";
+  t.dtype_namespaces = list;
+  devbuf_error err;
+  size_t idx;
+  CHECK_OK(devbuf_plugin_register(&t, "dtypes", &idx, &err), &err);
+  devbuf_plugin_info info = {.struct_size = sizeof info};
+  CHECK_OK(devbuf_plugin_info_get(idx, &info, &err), &err);
+  CHECK(info.state == DEVBUF_PLUGIN_LOADED && info.identifiers[0] == NULL, "loaded, no identifier");
+  int n = 7;
+  CHECK(devbuf_plugin_device_count(idx, &n, &err) == DEVBUF_ENODEV && n == 0, "no devices");
+  CHECK_HAS(err.message, "provides dtype namespaces only");
+  CHECK_OK(devbuf_plugin_unregister(idx, &err), &err);
+  /* ABI 1.0 had no such table: still refused there, saying how to make one. */
+  t.abi_minor = 0;
+  CHECK(devbuf_plugin_register(&t, "dtypes10", &idx, &err) == DEVBUF_EABI, "1.0 dtype-only");
+  CHECK_HAS(err.message, "declares no device identifiers (a plugin that only provides dtype "
+                         "namespaces sets dtype_namespaces and ABI minor >= 1; this one was built "
+                         "for ABI 1.0)");
+}
+
 int main(void) {
   RUN(test_abi_1_0_tables_keep_the_1_0_rules);
   RUN(test_stream_and_event_slots_come_together);
   RUN(test_sync_defaults_and_default_device_info);
   RUN(test_defaults_need_a_host_accessible_device);
   RUN(test_broken_answers_are_named);
+  RUN(test_dtype_only_tables);
   return devbuf_test_finish();
 }

@@ -85,3 +85,40 @@ def test_shutdown_is_seen_when_python_exits(devbuf_env, devbuf_build, tmp_path, 
     assert r.returncode == (3 if how == "exception" else 0), r.stdout + r.stderr
     assert log.read_text().splitlines() == ["init a", "init b", "shutdown b", "shutdown a"], \
         log.read_text() + r.stderr
+
+
+def test_a_dtype_only_plugin_is_loaded_and_listed(devbuf_env, devbuf_build):
+    """A plugin with no device identifier that only provides the 'mypkg'
+    namespace loads in every process, devbuf-info lists the namespace with
+    the plugin's file, and an unknown id says how a namespace is provided."""
+    so = devbuf_build / "tests" / "core" / "dtype_only" / "devbuf_plugin_mypkg_dtypes.so"
+    if not so.exists():
+        pytest.skip("dtype-only test plugin not built (tests/core)")
+    env = dict(devbuf_env, DEVBUF_PLUGINS=str(so))
+    r = run_py(env, """
+        import devbuf
+        [p] = [p for p in devbuf.plugins() if p.name == "mypkg_dtypes"]
+        assert p.state == "loaded" and p.identifiers == (), p
+        [ns] = [n for n in devbuf.dtype_namespaces() if n["id"] == "mypkg"]
+        assert ns["source"] == "mypkg_dtypes", ns
+        f = devbuf.parse_format("(4)[mypkg$int4x2]")
+        assert f.itemsize == 4, f
+        try:
+            devbuf.parse_format("[otherpkg$x]")
+        except devbuf.FormatError as e:
+            print(e)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "'otherpkg' is not a known dtype id" in r.stdout
+    assert "devbuf.register_dtype_namespace() in Python" in r.stdout
+    assert "plugin's dtype_namespaces" in r.stdout
+
+    import json
+    info = devbuf_build / "bin" / "devbuf-info"
+    out = subprocess.run([str(info), "--json"], env=env, capture_output=True, text=True, timeout=60)
+    doc = json.loads(out.stdout)
+    [ns] = [n for n in doc["dtype_namespaces"] if n["id"] == "mypkg"]
+    assert ns["source"] == "mypkg_dtypes" and ns["file"] == str(so.resolve()), ns
+    text = subprocess.run([str(info)], env=env, capture_output=True, text=True, timeout=60).stdout
+    # (a long path may wrap: check the label and the file name)
+    assert "    file: " in text and "devbuf_plugin_mypkg_dtypes.so" in text.split("Dtype namespaces")[1]

@@ -468,6 +468,12 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
     d->provider = INFO_STR(ns->provider);
     d->description = INFO_STR(ns->description);
     d->source = INFO_STR(source);
+    /* The plugin's file, so that a dtype owner's plugin (which may offer
+     * nothing else) is found where it is. */
+    for (size_t q = 0; source && q < m->nplugins && d->file == NULL; q++)
+      if (m->plugins[q].pi.state == DEVBUF_PLUGIN_LOADED && m->plugins[q].pi.name &&
+          strcmp(m->plugins[q].pi.name, source) == 0)
+        d->file = m->plugins[q].pi.path;
   }
 #else
   /* Without the format engine, the namespaces that loaded plugins offer. */
@@ -487,6 +493,7 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
       d->provider = INFO_STR(ns->provider);
       d->description = INFO_STR(ns->description);
       d->source = INFO_STR(m->plugins[i].pi.name);
+      d->file = m->plugins[i].pi.path;
     }
   }
 #endif

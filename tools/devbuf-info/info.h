@@ -64,6 +64,7 @@ typedef struct info_env {
 
 typedef struct info_dtype {
   const char *id, *provider, *description, *source;
+  const char *file; /* the offering plugin's path, or NULL */
 } info_dtype;
 
 typedef struct info_options {

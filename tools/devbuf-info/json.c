@@ -245,7 +245,10 @@ void info_print_json(FILE *out, const info_model *m, const info_options *o, int 
     kv_str(out, "id", d->id, 1);
     kv_str(out, "provider", d->provider, 1);
     kv_str(out, "description", d->description, 1);
-    kv_str(out, "source", d->source, 0);
+    kv_str(out, "source", d->source, 1);
+    fputs("\"file\": ", out);
+    if (d->file) info_json_string(out, d->file);
+    else fputs("null", out);
     fputc('}', out);
   }
   fputs(m->ndtypes ? "\n  ],\n" : "],\n", out);

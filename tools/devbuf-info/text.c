@@ -542,6 +542,7 @@ static void print_dtypes(FILE *out, const info_model *m, const info_options *o) 
     int used = 2 + iw + 2 + pw + 2 + sw + 2;
     info_wrap(out, d->description[0] ? d->description : "-", used, used, o->width);
     if (o->verbose && dwidth(d->id) > iw) note(out, "id", d->id, o->width);
+    if (d->file) note(out, "file", d->file, o->width);
   }
 }
 
