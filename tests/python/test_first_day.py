@@ -122,3 +122,24 @@ def test_a_dtype_only_plugin_is_loaded_and_listed(devbuf_env, devbuf_build):
     text = subprocess.run([str(info)], env=env, capture_output=True, text=True, timeout=60).stdout
     # (a long path may wrap: check the label and the file name)
     assert "    file: " in text and "devbuf_plugin_mypkg_dtypes.so" in text.split("Dtype namespaces")[1]
+
+
+def test_unknown_identifier_names_the_plugin_that_failed(devbuf_env, devbuf_build):
+    """Using an identifier whose plugin failed to load gives the loader's
+    reason in the exception, not only 'no plugin implements ...'."""
+    so = devbuf_build / "tests" / "broken_plugins" / "devbuf_plugin_init_fail.so"
+    if not so.exists():
+        pytest.skip("broken plugin corpus not built")
+    env = dict(devbuf_env, DEVBUF_PLUGINS=str(so), DEVBUF_NO_DEFAULT_PLUGINS="1")
+    r = run_py(env, """
+        import numpy as np
+        import devbuf
+        try:
+            devbuf.from_host(np.zeros(2), device="test.kind15")
+        except devbuf.Error as e:
+            print(type(e).__name__, e)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no plugin implements device identifier 'test.kind15'" in r.stdout, r.stdout
+    assert "1 plugin failed to load" in r.stdout and str(so) in r.stdout, r.stdout
+    assert "init failed" in r.stdout, r.stdout
