@@ -65,3 +65,51 @@ int devbuf__printable(const char *s, size_t max) {
   }
   return 0;
 }
+
+/* Letters of a value (argument or return) in an extension-function signature. */
+#define EXT_VALUE_LETTERS "bBhHiIqQnNfdps"
+#define EXT_MAX_ARGS 16
+
+int devbuf_ext_function_check(const devbuf_ext_function *e, devbuf_error *err) {
+  if (e == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "ext function entry is NULL");
+  if (!devbuf__printable(e->name, 127) || e->name[0] == '\0')
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "name is NULL, empty, not printable ASCII or longer than 127 bytes");
+  if (e->fn == NULL)
+    return devbuf_error_set(err, DEVBUF_EINVAL, "'%s' has a NULL function pointer", e->name);
+  const char *t = e->signature;
+  if (t == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature is NULL", e->name);
+  if (!devbuf__printable(t, 64))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature is not printable ASCII or longer "
+                            "than 64 bytes", e->name);
+  const char *p = t;
+  if (*p == '\0' || (strchr(EXT_VALUE_LETTERS, *p) == NULL && *p != 'v'))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': byte 0: return type must "
+                            "be one of v%s", e->name, t, EXT_VALUE_LETTERS);
+  if (*++p != '(')
+    return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': byte 1: expected '(' after "
+                            "the return type", e->name, t);
+  int nargs = 0, errs = 0;
+  for (p++; *p != ')'; p++) {
+    long at = (long)(p - t);
+    if (*p == '\0')
+      return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': missing ')'", e->name, t);
+    int is_out = *p == '*';
+    if (is_out) p++;
+    char l = *p;
+    if (l == '\0' || l == ')' || (strchr(EXT_VALUE_LETTERS, l) == NULL && l != 'e'))
+      return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': byte %ld: '%c' is not an "
+                              "argument type (%se, or * and one of %s)", e->name, t,
+                              (long)(p - t), l ? l : '?', EXT_VALUE_LETTERS, EXT_VALUE_LETTERS);
+    if (l == 'e' && (is_out || errs++))
+      return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': byte %ld: %s", e->name, t,
+                              at, is_out ? "'e' cannot be an out-parameter" : "a second 'e'");
+    if (++nargs > EXT_MAX_ARGS)
+      return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': more than %d arguments",
+                              e->name, t, EXT_MAX_ARGS);
+  }
+  if (p[1] != '\0')
+    return devbuf_error_set(err, DEVBUF_EINVAL, "'%s': signature '%s': byte %ld: text after ')'",
+                            e->name, t, (long)(p + 1 - t));
+  return DEVBUF_OK;
+}

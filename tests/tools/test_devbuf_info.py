@@ -480,6 +480,32 @@ def case_inprocess_hang():
         check(b.returncode == 2 and msg in b.stderr, "%s: usage error" % argv, b.both)
 
 
+def case_ext_functions():
+    """-v and --json show a malformed extension function as invalid with the
+    reason, as Python does, and a struct_size that cuts the extension-function
+    fields off is noted rather than making them vanish (issue 22)."""
+    d = os.path.dirname(args.chatty)
+    bad, cut = (os.path.join(d, "devbuf_plugin_%s.so" % n) for n in ("ext_bad", "ext_cut"))
+    env = dict(EMPTY, DEVBUF_PLUGINS=bad + ":" + cut)
+    p, doc = run_json([], env)
+    validate(doc)
+    by = {pl["name"]: pl for pl in doc["plugins"]}
+    ex = {e["name"]: e for e in by["ext_bad"]["ext_functions"]}
+    check(ex["answer"]["valid"] is True and ex["answer"]["reason"] is None, "valid entry", p.stdout)
+    check(ex["bad_letter"]["valid"] is False and "'x' is not an argument type" in ex["bad_letter"]["reason"],
+          "malformed signature marked invalid with the byte", p.stdout)
+    check(ex["star_e"]["valid"] is False and "'e' cannot be an out-parameter" in ex["star_e"]["reason"],
+          "*e marked invalid", p.stdout)
+    check(by["ext_bad"]["table_cut_at"] is None, "full table: nothing cut", p.stdout)
+    check(by["ext_cut"]["ext_functions"] == [] and by["ext_cut"]["table_cut_at"] == "ext_functions",
+          "cut table named", p.stdout)
+    v = run(["-v"], env)
+    t = squash(v.stdout)
+    check(squash("invalid ext function: #1: 'bad_letter': signature 'i(x)'") in t, "-v: invalid entry", v.stdout)
+    check(squash("table: struct_size") in t and squash("ends before 'ext_functions'") in t,
+          "-v: cut table noted", v.stdout)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

@@ -509,3 +509,22 @@ void info_model_free(info_model *m) {
   free(m->dtypes);
   memset(m, 0, sizeof *m);
 }
+
+const char *info_table_cut(const devbuf_plugin_table *t) {
+  static const struct {
+    const char *name;
+    size_t end;
+  } fields[] = {
+      {"device_info_export", offsetof(devbuf_plugin_table, device_info_export) + sizeof(void *)},
+      {"device_info_import", offsetof(devbuf_plugin_table, device_info_import) + sizeof(void *)},
+      {"dtype_namespaces", offsetof(devbuf_plugin_table, dtype_namespaces) + sizeof(void *)},
+      {"host_alloc", offsetof(devbuf_plugin_table, host_alloc) + sizeof(void *)},
+      {"host_free", offsetof(devbuf_plugin_table, host_free) + sizeof(void *)},
+      {"ext_functions", offsetof(devbuf_plugin_table, ext_functions) + sizeof(void *)},
+      {"ext_function_count", offsetof(devbuf_plugin_table, ext_function_count) + sizeof(size_t)},
+  };
+  if (t == NULL) return NULL;
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (t->struct_size < fields[i].end) return fields[i].name;
+  return NULL;
+}

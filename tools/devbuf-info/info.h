@@ -134,4 +134,9 @@ void info_json_string(FILE *out, const char *s);
 int info_format_command(FILE *out, FILE *errout, const char *fmt, const char *mode,
                         const info_options *o);
 
+/* The first optional table field that the plugin's struct_size cuts off
+ * (reads as NULL), or NULL when its table holds every field this devbuf-info
+ * knows. */
+const char *info_table_cut(const devbuf_plugin_table *t);
+
 #endif /* DEVBUF_INFO_H */

@@ -134,10 +134,16 @@ static void print_plugin(FILE *out, const info_model *m, const info_plugin *p) {
     if (k) fputs(", ", out);
     fputc('{', out);
     kv_str(out, "name", t->ext_functions[k].name, 1);
-    kv_str(out, "signature", t->ext_functions[k].signature, 0);
+    kv_str(out, "signature", t->ext_functions[k].signature, 1);
+    devbuf_error e;
+    int ok = devbuf_ext_function_check(&t->ext_functions[k], &e) == DEVBUF_OK;
+    fprintf(out, "\"valid\": %s, ", ok ? "true" : "false");
+    kv_str(out, "reason", ok ? NULL : e.message, 0);
     fputc('}', out);
   }
-  fputs("]}", out);
+  fputs("], \"table_cut_at\": ", out);
+  info_json_string(out, info_table_cut(t));
+  fputs("}", out);
 }
 
 static void print_device(FILE *out, const info_plugin *p, const info_device *dv) {

@@ -214,6 +214,14 @@ DEVBUF_API int devbuf_device_info_import(const char *identifier, const void *inf
                                          devbuf_device_info_desc *desc, devbuf_device *dev,
                                          devbuf_error *err);
 
+/* ---- extension functions ------------------------------------------------ */
+/* Check one entry of a plugin's ext_functions as every caller must before
+ * calling it: a printable name of 1..127 bytes, a non-NULL fn, and a
+ * signature in the grammar of docs/plugin-authors.md ("R(A...)", at most 16
+ * arguments, at most one 'e', never '*e' or '*v'). DEVBUF_OK, or DEVBUF_EINVAL
+ * with the reason (the byte at fault). The same rules as the Python bindings'. */
+DEVBUF_API int devbuf_ext_function_check(const devbuf_ext_function *entry, devbuf_error *err);
+
 /* ---- statistics (for leak checks) --------------------------------------- */
 typedef struct devbuf_stats {
   uint64_t live_allocations, live_bytes;  /* device memory now allocated */
