@@ -182,6 +182,19 @@ def case_isolate_crash():
     check(lst.returncode == 1 and "crashed: SIGSEGV" in lst.stdout, "-l names SIGSEGV", lst.both)
 
 
+def case_inprocess_crash():
+    """A plugin that crashes in this process (here its probe, with
+    --in-process; without it, its entry symbol or init) leaves a message that
+    says what happened and what to try, even with stdout redirected."""
+    # Only this plugin: PoCL's LLVM (in the OpenCL plugin) installs a SIGSEGV
+    # handler that returns, which lets a raise()d signal pass.
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("crash_probe"))
+    p = run(["--in-process"], env)
+    check(p.returncode < 0 or p.returncode > 128, "dies of the signal (got %d)" % p.returncode, p.both)
+    check("devbuf-info: a plugin crashed" in p.stderr and "Run without --in-process" in p.stderr,
+          "stderr says a plugin crashed and what to try", p.both)
+
+
 def case_isolate_hang():
     env = {"DEVBUF_PLUGINS": broken("hang_probe")}
     p = run(["--isolate", "--timeout", "1"], env, timeout=20)
