@@ -1638,6 +1638,17 @@ DEVBUF_API int devbuf_format_to_dlpack(const devbuf_format *f, uint8_t *code, ui
     if (cu == NULL || cu->chosen < 0 || cu->is_complex || cu->desc.dlpack_code < 0)
       return devbuf_error_set(err, DEVBUF_ENOTSUP,
                               "format_to_dlpack: the custom dtype has no DLPack code");
+    /* DLPack has no lanes of packed sub-byte elements: (4)[mypkg$int4x2]
+     * would read as 4 lanes of 4 bits (2 bytes) for a 4-byte item. The
+     * buffer export refuses the same (issue 22). */
+    if (cu->desc.elements_per_item > 1 && m != 1) {
+      const devbuf_format_alt *a = cu->alts ? &cu->alts[cu->chosen] : NULL;
+      return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                              "format_to_dlpack: packed [%s$%s] (%u elements per item) with a "
+                              "count of %llu is not supported: DLPack has no lanes of packed "
+                              "elements", a && a->id ? a->id : "?", a && a->payload ? a->payload : "",
+                              (unsigned)cu->desc.elements_per_item, (unsigned long long)m);
+    }
     c = cu->desc.dlpack_code;
     bt = cu->desc.dlpack_bits;
   } else if (x->kind == DEVBUF_FIELD_SCALAR) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devbuf/format.h"
 #include "devbuf/runtime.h"
 #include "devbuf_test.h"
 
@@ -224,6 +225,42 @@ static void test_dtype_only_tables(void) {
                          "for ABI 1.0)");
 }
 
+/* Two 4-bit integers per byte, and no canonical name (a namespace may leave it empty). */
+static int packed_interpret(void *ctx, const char *payload, size_t len, devbuf_dtype_desc *out,
+                            devbuf_error *err) {
+  (void)ctx, (void)payload, (void)len, (void)err;
+  out->kind = DEVBUF_KIND_INT;
+  out->itemsize = 1;
+  out->alignment = 1;
+  out->bits = 4;
+  out->elements_per_item = 2;
+  out->dlpack_code = DEVBUF_DLDT_INT;
+  out->dlpack_bits = 4;
+  return DEVBUF_OK;
+}
+
+static void test_packed_dtype_with_a_count_has_no_dlpack_dtype(void) {
+  static const devbuf_dtype_namespace ns = {.struct_size = sizeof ns, .id = "firstdaypk",
+                                            .provider = "firstday", .interpret = packed_interpret};
+  devbuf_error err;
+  CHECK_OK(devbuf_dtype_register(&ns, &err), &err);
+  devbuf_format f = DEVBUF_FORMAT_INIT;
+  uint8_t code = 0, bits = 0;
+  uint16_t lanes = 0;
+  CHECK_OK(devbuf_format_parse("[firstdaypk$int4x2]", 19, 0, &f, &err), &err);
+  CHECK_OK(devbuf_format_to_dlpack(&f, &code, &bits, &lanes, &err), &err);
+  CHECK(code == DEVBUF_DLDT_INT && bits == 4 && lanes == 1, "one packed item: %u %u %u", code, bits, lanes);
+  devbuf_format_release(&f);
+  /* (4)[...]: 4 bytes of 8 elements, which DLPack lanes cannot say (it read
+   * as 4 lanes of 4 bits, 2 bytes, before). */
+  CHECK_OK(devbuf_format_parse("(4)[firstdaypk$int4x2]", 22, 0, &f, &err), &err);
+  CHECK(devbuf_format_to_dlpack(&f, &code, &bits, &lanes, &err) == DEVBUF_ENOTSUP, "count refused");
+  CHECK_HAS(err.message, "packed [firstdaypk$int4x2] (2 elements per item) with a count of 4 is "
+                         "not supported");
+  devbuf_format_release(&f);
+  CHECK_OK(devbuf_dtype_unregister("firstdaypk", &err), &err);
+}
+
 int main(void) {
   RUN(test_abi_1_0_tables_keep_the_1_0_rules);
   RUN(test_stream_and_event_slots_come_together);
@@ -231,5 +268,6 @@ int main(void) {
   RUN(test_defaults_need_a_host_accessible_device);
   RUN(test_broken_answers_are_named);
   RUN(test_dtype_only_tables);
+  RUN(test_packed_dtype_with_a_count_has_no_dlpack_dtype);
   return devbuf_test_finish();
 }
