@@ -143,3 +143,17 @@ def test_unknown_identifier_names_the_plugin_that_failed(devbuf_env, devbuf_buil
     assert "no plugin implements device identifier 'test.kind15'" in r.stdout, r.stdout
     assert "1 plugin failed to load" in r.stdout and str(so) in r.stdout, r.stdout
     assert "init failed" in r.stdout, r.stdout
+
+
+def test_the_dask_snippet_runs_as_a_script(devbuf_env, tmp_path):
+    """docs/pickle-and-distributed.md's dask example, pasted into a script."""
+    pytest.importorskip("distributed")
+    import pathlib
+    import re
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "pickle-and-distributed.md").read_text()
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "LocalCluster" in b]
+    script = tmp_path / "snippet.py"
+    script.write_text(code)
+    r = subprocess.run([sys.executable, str(script)], env=devbuf_env, capture_output=True,
+                       text=True, timeout=240, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("523776.0"), r.stdout + r.stderr[-3000:]
