@@ -3,7 +3,11 @@
 # CPython from 3.9 to 3.13 and run a fast subset of tests/python on each.
 # The full suite runs on 3.11 (the project's .venv) in scripts/test.sh.
 #
-#   scripts/test-matrix.sh [3.9 3.10 ...]      (default: 3.9 3.10 3.11 3.12 3.13)
+#   scripts/test-matrix.sh [--pip] [3.9 3.10 ...]   (default: 3.9 3.10 3.11 3.12 3.13)
+#
+# --pip also runs scripts/test-pip-install.sh --no-pytest with each version
+# (`pip install .` into a fresh venv, then import every installed extension
+# module): about a minute per version, so not part of scripts/test.sh.
 #
 # Per version X, everything under build-matrix/ (git-ignored, kept between
 # runs, so a second run only rebuilds what changed):
@@ -25,6 +29,8 @@ JOBS="${DEVBUF_JOBS:-2}"
 PYENV_ROOT="${PYENV_ROOT:-$HOME/.pyenv}"
 MATRIX="$ROOT/build-matrix"
 REQ="$ROOT/requirements-matrix.txt"
+pip_too=0
+if [[ "${1:-}" == --pip ]]; then pip_too=1; shift; fi
 versions=("$@")
 (( ${#versions[@]} )) || versions=(3.9 3.10 3.11 3.12 3.13)
 
@@ -110,6 +116,16 @@ for v in "${versions[@]}"; do
   else
     tail -n 60 "$MATRIX/pytest-$v.log" >&2
     result[$v]="FAIL (pytest: $(tail -n 1 "$MATRIX/pytest-$v.log" | tr -d =))"; failed=1
+    continue
+  fi
+  if (( pip_too )); then
+    say "pip install . (scripts/test-pip-install.sh --python $py --no-pytest)"
+    if scripts/test-pip-install.sh --python "$py" --no-pytest >"$MATRIX/pip-install-$v.log" 2>&1; then
+      result[$v]+="; pip install . ok"
+    else
+      tail -n 40 "$MATRIX/pip-install-$v.log" >&2
+      result[$v]="FAIL (pip install .)"; failed=1
+    fi
   fi
 done
 

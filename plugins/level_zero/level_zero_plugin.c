@@ -18,25 +18,18 @@
  * event slots accept such a raw event from another producer
  * (docs/devices/level_zero.md). */
 #include <level_zero/ze_api.h>
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "devbuf/plugin.h"
+#include "gpu_common.h"
 
 #define LZ_PLUGIN_VERSION "0.1.0"
-#define LZ_DEFAULT_LIBRARY "libze_loader.so.1"
 #define LZ_IDENTIFIER "devbuf.level_zero"
 #define LZ_ALIGNMENT 256u
 #define LZ_EVENTS_PER_POOL 64u
-
-#define LZ_STR_(x) #x
-#define LZ_STR(x) LZ_STR_(x)
 
 #define LZ_REQUIRED(X)                       \
   X(zeInit)                                  \
@@ -69,6 +62,10 @@ typedef struct lz_api {
 } lz_api;
 #undef LZ_FIELD
 
+#define LZ_SYMBOL(name) {GPU_STR(name), offsetof(lz_api, p_##name)},
+static const gpu_symbol lz_required[] = {LZ_REQUIRED(LZ_SYMBOL)};
+#undef LZ_SYMBOL
+
 /* A block of events. Indices are recycled through the driver's free list. */
 typedef struct lz_pool {
   ze_event_pool_handle_t pool;
@@ -91,7 +88,7 @@ typedef struct lz_driver {
   size_t free_count, free_cap, total_slots; /* free_cap >= total_slots */
 } lz_driver;
 
-/* A devbuf event (registered as LZ_KIND_EVENT). */
+/* A devbuf event (registered as GPU_HANDLE_EVENT). */
 typedef struct lz_event {
   ze_event_handle_t ev;
   lz_slot slot;
@@ -99,7 +96,7 @@ typedef struct lz_event {
   atomic_int recorded; /* never-recorded events count as complete, as in CUDA */
 } lz_event;
 
-/* A devbuf stream (registered as LZ_KIND_STREAM). */
+/* A devbuf stream (registered as GPU_HANDLE_STREAM). */
 typedef struct lz_stream {
   ze_command_list_handle_t list;
   pthread_mutex_t lock; /* command lists are not thread-safe */
@@ -115,95 +112,16 @@ typedef struct lz_device {
   lz_stream *default_stream;
 } lz_device;
 
+/* base.handles holds every stream and event handed out, so that a bad
+ * handle is refused instead of dereferenced, and a foreign ze_event_handle_t
+ * (from another producer's device_info) is told apart from a devbuf event. */
 typedef struct lz_state {
-  pthread_mutex_t lock;
-  atomic_int loaded;
-  int status;
-  char reason[DEVBUF_ERROR_MESSAGE_SIZE];
-  void *lib;
+  gpu_base base; /* first: the loader, tried once (base.lazy.count devices) */
   lz_api api;
   int ndrivers;
   lz_driver *drivers;
-  int count;
   lz_device *devs;
-
-  /* Every stream and event handed out, so that a bad handle is refused
-   * instead of dereferenced, and a foreign ze_event_handle_t (from another
-   * producer's device_info) is told apart from a devbuf event. */
-  pthread_mutex_t handles_lock;
-  struct lz_entry *handles; /* open addressing; NULL = empty */
-  size_t handles_cap, handles_used;
 } lz_state;
-
-/* ---- the handle registry ------------------------------------------------ */
-
-enum { LZ_KIND_STREAM = 1, LZ_KIND_EVENT = 2 };
-#define LZ_TOMBSTONE ((void *)(uintptr_t)1)
-
-typedef struct lz_entry {
-  void *ptr;
-  int kind;
-} lz_entry;
-
-static size_t lz_slot_of(const void *p, size_t cap) {
-  uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
-  return (size_t)(h >> 17) & (cap - 1);
-}
-
-/* Called with handles_lock held. */
-static int lz_handles_grow(lz_state *st) {
-  size_t cap = st->handles_cap ? st->handles_cap * 2 : 64;
-  lz_entry *old = st->handles, *t = calloc(cap, sizeof *t);
-  if (t == NULL) return 0;
-  st->handles_used = 0;
-  for (size_t i = 0; i < st->handles_cap; i++) {
-    if (old[i].ptr == NULL || old[i].ptr == LZ_TOMBSTONE) continue;
-    size_t j = lz_slot_of(old[i].ptr, cap);
-    while (t[j].ptr != NULL) j = (j + 1) & (cap - 1);
-    t[j] = old[i];
-    st->handles_used++;
-  }
-  free(old);
-  st->handles = t;
-  st->handles_cap = cap;
-  return 1;
-}
-
-static int lz_handle_add(lz_state *st, void *p, int kind) {
-  int ok = 1;
-  pthread_mutex_lock(&st->handles_lock);
-  /* handles_used counts tombstones too, so probing always ends. */
-  if ((st->handles_used + 1) * 2 > st->handles_cap) ok = lz_handles_grow(st);
-  if (ok) {
-    size_t j = lz_slot_of(p, st->handles_cap);
-    while (st->handles[j].ptr != NULL && st->handles[j].ptr != LZ_TOMBSTONE)
-      j = (j + 1) & (st->handles_cap - 1);
-    if (st->handles[j].ptr == NULL) st->handles_used++;
-    st->handles[j].ptr = p;
-    st->handles[j].kind = kind;
-  }
-  pthread_mutex_unlock(&st->handles_lock);
-  return ok;
-}
-
-/* The kind of a registered handle, or 0; `remove` unregisters it. */
-static int lz_handle_find(lz_state *st, const void *p, int remove) {
-  int kind = 0;
-  pthread_mutex_lock(&st->handles_lock);
-  if (st->handles_cap != 0 && p != NULL) {
-    size_t j = lz_slot_of(p, st->handles_cap);
-    while (st->handles[j].ptr != NULL) {
-      if (st->handles[j].ptr == p) {
-        kind = st->handles[j].kind;
-        if (remove) st->handles[j].ptr = LZ_TOMBSTONE;
-        break;
-      }
-      j = (j + 1) & (st->handles_cap - 1);
-    }
-  }
-  pthread_mutex_unlock(&st->handles_lock);
-  return kind;
-}
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -245,62 +163,38 @@ static const char *lz_result_name(ze_result_t r) {
   }
 }
 
-static int lz_status_of(ze_result_t r) {
-  switch (r) {
-    case ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY:
-    case ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY:
-      return DEVBUF_ENOMEM;
-    case ZE_RESULT_ERROR_DEVICE_LOST:
-    case ZE_RESULT_ERROR_UNINITIALIZED:
-      return DEVBUF_ENODEV;
-    case ZE_RESULT_ERROR_INVALID_ARGUMENT:
-    case ZE_RESULT_ERROR_INVALID_NULL_HANDLE:
-    case ZE_RESULT_ERROR_INVALID_NULL_POINTER:
-    case ZE_RESULT_ERROR_INVALID_SIZE:
-    case ZE_RESULT_ERROR_UNSUPPORTED_SIZE:
-    case ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT:
-      return DEVBUF_EINVAL;
-    case ZE_RESULT_NOT_READY:
-      return DEVBUF_EBUSY;
-    case ZE_RESULT_ERROR_UNSUPPORTED_FEATURE:
-    case ZE_RESULT_ERROR_UNSUPPORTED_VERSION:
-      return DEVBUF_ENOTSUP;
-    default:
-      return DEVBUF_EBACKEND;
-  }
-}
+static const gpu_status_map lz_status[] = {
+    {ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY, DEVBUF_ENOMEM},
+    {ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY, DEVBUF_ENOMEM},
+    {ZE_RESULT_ERROR_DEVICE_LOST, DEVBUF_ENODEV},
+    {ZE_RESULT_ERROR_UNINITIALIZED, DEVBUF_ENODEV},
+    {ZE_RESULT_ERROR_INVALID_ARGUMENT, DEVBUF_EINVAL},
+    {ZE_RESULT_ERROR_INVALID_NULL_HANDLE, DEVBUF_EINVAL},
+    {ZE_RESULT_ERROR_INVALID_NULL_POINTER, DEVBUF_EINVAL},
+    {ZE_RESULT_ERROR_INVALID_SIZE, DEVBUF_EINVAL},
+    {ZE_RESULT_ERROR_UNSUPPORTED_SIZE, DEVBUF_EINVAL},
+    {ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT, DEVBUF_EINVAL},
+    {ZE_RESULT_NOT_READY, DEVBUF_EBUSY},
+    {ZE_RESULT_ERROR_UNSUPPORTED_FEATURE, DEVBUF_ENOTSUP},
+    {ZE_RESULT_ERROR_UNSUPPORTED_VERSION, DEVBUF_ENOTSUP},
+};
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
-#endif
+/* "op: ZE_RESULT_NAME (0x...): detail". Level Zero has no error-string
+ * function: name and number it is. */
+GPU_PRINTF(4, 5)
 static int lz_fail(devbuf_error *err, ze_result_t r, const char *op, const char *fmt, ...) {
-  char detail[256] = "";
-  int code = lz_status_of(r);
-  if (fmt != NULL) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-  }
-  /* Level Zero has no error-string function: name and number it is. */
-  devbuf_error_set(err, code, "%s: %s (0x%x)%s%s", op, lz_result_name(r), (unsigned)r,
-                   detail[0] ? ": " : "", detail);
-  if (err != NULL) err->backend_code = (int)r;
+  char name[96];
+  va_list ap;
+  int code;
+  snprintf(name, sizeof name, "%s (0x%x)", lz_result_name(r), (unsigned)r);
+  va_start(ap, fmt);
+  code = gpu_fail_v(err, gpu_status_lookup(lz_status, sizeof lz_status / sizeof *lz_status, r),
+                    (int)r, op, name, NULL, GPU_DETAIL_COLON, fmt, ap);
+  va_end(ap);
   return code;
 }
 
 /* ---- lazy loader set-up ------------------------------------------------ */
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void lz_no_device(lz_state *st, int code, const char *fmt, ...) {
-  va_list ap;
-  st->status = code;
-  va_start(ap, fmt);
-  vsnprintf(st->reason, sizeof st->reason, fmt, ap);
-  va_end(ap);
-}
 
 static void lz_forget_devices(lz_state *st) {
   for (int i = 0; i < st->ndrivers; i++) pthread_mutex_destroy(&st->drivers[i].ev_lock);
@@ -309,7 +203,7 @@ static void lz_forget_devices(lz_state *st) {
   st->drivers = NULL;
   st->devs = NULL;
   st->ndrivers = 0;
-  st->count = 0;
+  st->base.lazy.count = 0;
 }
 
 /* The compute queue group of a device, or UINT32_MAX. */
@@ -333,41 +227,23 @@ static uint32_t lz_compute_group(lz_state *st, ze_device_handle_t dev) {
   return found;
 }
 
-static void lz_load(lz_state *st) {
-  const char *libname = secure_getenv("DEVBUF_LEVEL_ZERO_LIBRARY");
-  const char *missing = NULL;
+static int lz_load(gpu_lazy *lz) {
+  static const char *const defaults[] = {"libze_loader.so.1", NULL};
+  lz_state *st = (lz_state *)lz; /* lz is its first member */
+  const char *libname = NULL;
   ze_driver_handle_t *drivers = NULL;
   uint32_t ndrivers = 0, total = 0;
   ze_result_t r;
-  if (libname == NULL || libname[0] == '\0') libname = LZ_DEFAULT_LIBRARY;
-
-  dlerror();
-  st->lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
-  if (st->lib == NULL) {
-    const char *why = dlerror();
-    lz_no_device(st, DEVBUF_ENODEV, "dlopen %s: %s", libname, why ? why : "unknown error");
-    return;
-  }
-#define LZ_LOAD(name)                                                 \
-  if (missing == NULL) {                                              \
-    *(void **)(&st->api.p_##name) = dlsym(st->lib, LZ_STR(name));     \
-    if (st->api.p_##name == NULL) missing = LZ_STR(name);             \
-  }
-  LZ_REQUIRED(LZ_LOAD)
-#undef LZ_LOAD
-  if (missing != NULL) {
-    lz_no_device(st, DEVBUF_ENODEV, "dlsym %s in %s: symbol not found (loader too old)", missing,
-                 libname);
-    memset(&st->api, 0, sizeof st->api);
-    return;
-  }
+  if (!gpu_dlopen(lz, "DEVBUF_LEVEL_ZERO_LIBRARY", defaults, &libname)) return lz->status;
+  if (gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, GPU_SYMBOLS(lz_required), NULL, 0,
+                    "loader too old") < 0)
+    return lz->status;
 
   r = st->api.p_zeInit(0);
   if (r != ZE_RESULT_SUCCESS) {
     devbuf_error e;
     lz_fail(&e, r, "zeInit", "no Level Zero driver could be initialised");
-    lz_no_device(st, DEVBUF_ENODEV, "%s", e.message);
-    return;
+    return gpu_no_device_err(lz, &e);
   }
   r = st->api.p_zeDriverGet(&ndrivers, NULL);
   if (r != ZE_RESULT_SUCCESS || ndrivers == 0) {
@@ -376,8 +252,7 @@ static void lz_load(lz_state *st) {
       lz_fail(&e, r, "zeDriverGet", NULL);
     else
       devbuf_error_set(&e, DEVBUF_ENODEV, "zeDriverGet: the loader reports 0 drivers");
-    lz_no_device(st, DEVBUF_ENODEV, "%s", e.message);
-    return;
+    return gpu_no_device_err(lz, &e);
   }
   drivers = calloc(ndrivers, sizeof *drivers);
   st->drivers = calloc(ndrivers, sizeof *st->drivers);
@@ -386,10 +261,9 @@ static void lz_load(lz_state *st) {
   if (r != ZE_RESULT_SUCCESS) {
     devbuf_error e;
     lz_fail(&e, r, "zeDriverGet", NULL);
-    lz_no_device(st, DEVBUF_ENODEV, "%s", e.message);
     free(drivers);
     lz_forget_devices(st);
-    return;
+    return gpu_no_device_err(lz, &e);
   }
   for (uint32_t i = 0; i < ndrivers; i++) {
     uint32_t n = 0;
@@ -401,9 +275,8 @@ static void lz_load(lz_state *st) {
   if (total == 0) {
     free(drivers);
     lz_forget_devices(st);
-    lz_no_device(st, DEVBUF_ENODEV, "zeDeviceGet: %u driver%s, 0 devices", (unsigned)ndrivers,
-                 ndrivers == 1 ? "" : "s");
-    return;
+    return gpu_no_device(lz, DEVBUF_ENODEV, "zeDeviceGet: %u driver%s, 0 devices",
+                         (unsigned)ndrivers, ndrivers == 1 ? "" : "s");
   }
   st->devs = calloc(total, sizeof *st->devs);
   if (st->devs == NULL) goto oom;
@@ -414,8 +287,8 @@ static void lz_load(lz_state *st) {
     handles = calloc(n, sizeof *handles);
     if (handles == NULL) goto oom;
     if (st->api.p_zeDeviceGet(drivers[i], &n, handles) == ZE_RESULT_SUCCESS) {
-      for (uint32_t j = 0; j < n && (uint32_t)st->count < total; j++) {
-        lz_device *d = &st->devs[st->count++];
+      for (uint32_t j = 0; j < n && (uint32_t)lz->count < total; j++) {
+        lz_device *d = &st->devs[lz->count++];
         d->dev = handles[j];
         d->driver = (int)i;
         d->queue_group = lz_compute_group(st, handles[j]);
@@ -424,33 +297,15 @@ static void lz_load(lz_state *st) {
     free(handles);
   }
   free(drivers);
-  if (st->count == 0) {
+  if (lz->count == 0) {
     lz_forget_devices(st);
-    lz_no_device(st, DEVBUF_ENODEV, "zeDeviceGet: no device could be listed");
-    return;
+    return gpu_no_device(lz, DEVBUF_ENODEV, "zeDeviceGet: no device could be listed");
   }
-  st->status = DEVBUF_OK;
-  st->reason[0] = '\0';
-  return;
+  return DEVBUF_OK;
 oom:
   free(drivers);
   lz_forget_devices(st);
-  lz_no_device(st, DEVBUF_ENOMEM, "level_zero: out of host memory for the device table");
-}
-
-static int lz_ensure(lz_state *st, devbuf_error *err) {
-  if (st == NULL)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "devbuf.level_zero: NULL plugin state");
-  if (!atomic_load_explicit(&st->loaded, memory_order_acquire)) {
-    pthread_mutex_lock(&st->lock);
-    if (!atomic_load_explicit(&st->loaded, memory_order_relaxed)) {
-      lz_load(st);
-      atomic_store_explicit(&st->loaded, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&st->lock);
-  }
-  if (st->status != DEVBUF_OK) return devbuf_error_set(err, st->status, "%s", st->reason);
-  return DEVBUF_OK;
+  return gpu_no_device(lz, DEVBUF_ENOMEM, "level_zero: out of host memory for the device table");
 }
 
 /* ---- events (internal) ------------------------------------------------ */
@@ -582,49 +437,36 @@ static ze_result_t lz_stream_delete(lz_state *st, lz_stream *s) {
   return r;
 }
 
-/* The device, with its driver's context and its default stream (first use
- * only). */
-static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error *err) {
-  lz_device *d = NULL;
-  int rc = lz_ensure(st, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (device < 0 || device >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV, "devbuf.level_zero: no device %d (%d device%s)",
-                            device, st->count, st->count == 1 ? "" : "s");
-  d = &st->devs[device];
-  if (!atomic_load_explicit(&d->ready, memory_order_acquire)) {
-    lz_driver *drv = &st->drivers[d->driver];
-    pthread_mutex_lock(&st->lock);
-    if (!atomic_load_explicit(&d->ready, memory_order_relaxed)) {
-      if (d->queue_group == UINT32_MAX) {
-        pthread_mutex_unlock(&st->lock);
-        return devbuf_error_set(err, DEVBUF_ENOTSUP,
-                                "devbuf.level_zero: device %d has no compute or copy queue group",
-                                device);
-      }
-      if (!atomic_load_explicit(&drv->ready, memory_order_relaxed)) {
-        ze_context_desc_t cdesc;
-        ze_result_t r;
-        memset(&cdesc, 0, sizeof cdesc);
-        cdesc.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
-        r = st->api.p_zeContextCreate(drv->driver, &cdesc, &drv->ctx);
-        if (r != ZE_RESULT_SUCCESS) {
-          pthread_mutex_unlock(&st->lock);
-          return lz_fail(err, r, "zeContextCreate", "device %d", device);
-        }
-        atomic_store_explicit(&drv->ready, 1, memory_order_release);
-      }
-      rc = lz_stream_new(st, device, &d->default_stream, err);
-      if (rc != DEVBUF_OK) {
-        pthread_mutex_unlock(&st->lock);
-        return rc;
-      }
-      atomic_store_explicit(&d->ready, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&st->lock);
+/* First use of a device (under the lazy lock): its driver's context (first
+ * use of the driver) and its default stream. */
+static int lz_device_setup(void *state, int device, devbuf_error *err) {
+  lz_state *st = state;
+  lz_device *d = &st->devs[device];
+  lz_driver *drv = &st->drivers[d->driver];
+  if (d->queue_group == UINT32_MAX)
+    return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                            "devbuf.level_zero: device %d has no compute or copy queue group",
+                            device);
+  if (!atomic_load_explicit(&drv->ready, memory_order_relaxed)) {
+    ze_context_desc_t cdesc;
+    ze_result_t r;
+    memset(&cdesc, 0, sizeof cdesc);
+    cdesc.stype = ZE_STRUCTURE_TYPE_CONTEXT_DESC;
+    r = st->api.p_zeContextCreate(drv->driver, &cdesc, &drv->ctx);
+    if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeContextCreate", "device %d", device);
+    atomic_store_explicit(&drv->ready, 1, memory_order_release);
   }
-  *out = d;
-  return DEVBUF_OK;
+  return lz_stream_new(st, device, &d->default_stream, err);
+}
+
+/* The device, set up at its first use. */
+static int lz_device_get(lz_state *st, int device, lz_device **out, devbuf_error *err) {
+  int rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
+  if (rc == DEVBUF_OK)
+    rc = gpu_device_once(&st->base.lazy, &st->devs[device].ready, lz_device_setup, st, device,
+                         err);
+  if (rc == DEVBUF_OK) *out = &st->devs[device];
+  return rc;
 }
 
 /* NULL is the device's default stream; anything else must be a live
@@ -636,7 +478,7 @@ static int lz_stream_get(lz_state *st, lz_device *d, int device, void *stream, l
     *out = d->default_stream;
     return DEVBUF_OK;
   }
-  if (lz_handle_find(st, stream, 0) != LZ_KIND_STREAM)
+  if (gpu_handle_find(&st->base.handles, stream, 0) != GPU_HANDLE_STREAM)
     return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a live devbuf.level_zero stream",
                             op, stream);
   s = stream;
@@ -651,29 +493,13 @@ static int lz_stream_get(lz_state *st, lz_device *d, int device, void *stream, l
 
 static int lz_init(void **state, devbuf_error *err) {
   /* Cheap by contract: no dlopen, no driver call. */
-  lz_state *st = calloc(1, sizeof *st);
-  if (st == NULL)
-    return devbuf_error_set(err, DEVBUF_ENOMEM, "devbuf.level_zero init: out of memory");
-  if (pthread_mutex_init(&st->lock, NULL) != 0) {
-    free(st);
-    return devbuf_error_set(err, DEVBUF_EINIT,
-                            "devbuf.level_zero init: pthread_mutex_init failed");
-  }
-  if (pthread_mutex_init(&st->handles_lock, NULL) != 0) {
-    pthread_mutex_destroy(&st->lock);
-    free(st);
-    return devbuf_error_set(err, DEVBUF_EINIT,
-                            "devbuf.level_zero init: pthread_mutex_init failed");
-  }
-  atomic_init(&st->loaded, 0);
-  *state = st;
-  return DEVBUF_OK;
+  return gpu_base_new(state, sizeof(lz_state), LZ_IDENTIFIER, lz_load, NULL, err);
 }
 
 static void lz_shutdown(void *state) {
   lz_state *st = state;
   if (st == NULL) return;
-  for (int i = 0; i < st->count; i++)
+  for (int i = 0; i < st->base.lazy.count; i++)
     if (atomic_load(&st->devs[i].ready) && st->devs[i].default_stream != NULL)
       lz_stream_delete(st, st->devs[i].default_stream);
   for (int i = 0; i < st->ndrivers; i++) {
@@ -686,24 +512,11 @@ static void lz_shutdown(void *state) {
     free(drv->free_slots);
     if (atomic_load(&drv->ready)) st->api.p_zeContextDestroy(drv->ctx);
   }
-  /* The loader stays loaded: drivers keep threads and exit handlers. */
   lz_forget_devices(st);
-  free(st->handles);
-  pthread_mutex_destroy(&st->handles_lock);
-  pthread_mutex_destroy(&st->lock);
-  free(st);
+  gpu_base_free(st);
 }
 
 /* ---- devices ------------------------------------------------------------ */
-
-static int lz_device_count(void *state, int *count, devbuf_error *err) {
-  lz_state *st = state;
-  int rc;
-  if (count == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_count: NULL count");
-  rc = lz_ensure(st, err);
-  *count = rc == DEVBUF_OK ? st->count : 0;
-  return rc;
-}
 
 static int lz_device_props(void *state, int device, devbuf_device_props *props,
                            devbuf_error *err) {
@@ -712,15 +525,11 @@ static int lz_device_props(void *state, int device, devbuf_device_props *props,
   ze_device_properties_t zp;
   uint32_t nmem = 0;
   lz_device *d = NULL;
-  size_t n;
   ze_result_t r;
   int rc;
   if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: NULL props");
-  rc = lz_ensure(st, err);
+  rc = gpu_check_device(st ? &st->base.lazy : NULL, device, err);
   if (rc != DEVBUF_OK) return rc;
-  if (device < 0 || device >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV, "devbuf.level_zero: no device %d (%d device%s)",
-                            device, st->count, st->count == 1 ? "" : "s");
   d = &st->devs[device];
   memset(&p, 0, sizeof p);
   memset(&zp, 0, sizeof zp);
@@ -752,14 +561,7 @@ static int lz_device_props(void *state, int device, devbuf_device_props *props,
   p.alloc_alignment = LZ_ALIGNMENT;
   p.dlpack_device_type = DEVBUF_DL_ONEAPI;
   p.dlpack_device_id = device;
-  n = props->struct_size ? props->struct_size : sizeof p;
-  if (n > sizeof p) n = sizeof p;
-  if (n < offsetof(devbuf_device_props, flags) + sizeof p.flags)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: struct_size %u is too small",
-                            (unsigned)props->struct_size);
-  p.struct_size = (uint32_t)n;
-  memcpy(props, &p, n);
-  return DEVBUF_OK;
+  return gpu_props_copy_out(props, &p, err);
 }
 
 /* ---- streams ---------------------------------------------------------- */
@@ -785,14 +587,11 @@ static int lz_stream_create(void *state, int device, void **stream, devbuf_error
   lz_state *st = state;
   lz_device *d = NULL;
   lz_stream *s = NULL;
-  int rc;
-  if (stream == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_create: NULL stream");
-  *stream = NULL;
-  rc = lz_device_get(st, device, &d, err);
+  int rc = gpu_check_out(stream, "stream_create", "stream", err);
+  if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
+  if (rc == DEVBUF_OK) rc = lz_stream_new(st, device, &s, err);
   if (rc != DEVBUF_OK) return rc;
-  rc = lz_stream_new(st, device, &s, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (!lz_handle_add(st, s, LZ_KIND_STREAM)) {
+  if (!gpu_handle_add(&st->base.handles, s, GPU_HANDLE_STREAM)) {
     lz_stream_delete(st, s);
     return devbuf_error_set(err, DEVBUF_ENOMEM, "stream_create: out of host memory");
   }
@@ -814,7 +613,7 @@ static int lz_stream_destroy(void *state, int device, void *stream, devbuf_error
   /* Destroying an immediate list with work in flight is undefined: drain. */
   rc = lz_stream_wait_host(st, s, err);
   if (rc != DEVBUF_OK) return rc;
-  lz_handle_find(st, s, 1);
+  gpu_handle_find(&st->base.handles, s, 1);
   r = lz_stream_delete(st, s);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeCommandListDestroy", "device %d", device);
   return DEVBUF_OK;
@@ -839,20 +638,17 @@ static int lz_mem_alloc(void *state, int device, size_t size, size_t alignment, 
   lz_device *d = NULL;
   ze_device_mem_alloc_desc_t desc;
   ze_result_t r;
-  int rc;
-  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: NULL ptr");
-  *ptr = NULL;
-  if (alignment & (alignment - 1))
-    return devbuf_error_set(err, DEVBUF_EINVAL, "mem_alloc: alignment %zu is not a power of two",
-                            alignment);
-  rc = lz_device_get(st, device, &d, err);
+  size_t request;
+  /* The allocator takes the alignment itself: nothing is over-allocated. */
+  int rc = gpu_alloc_request(ptr, size, alignment, SIZE_MAX, &request, err);
+  if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
   memset(&desc, 0, sizeof desc);
   desc.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC;
   desc.ordinal = 0;
   /* Allocation is immediate (Level Zero has no stream-ordered allocator), so
    * the memory is usable on every stream at once. */
-  r = st->api.p_zeMemAllocDevice(st->drivers[d->driver].ctx, &desc, size ? size : 1,
+  r = st->api.p_zeMemAllocDevice(st->drivers[d->driver].ctx, &desc, request,
                                  alignment > LZ_ALIGNMENT ? alignment : LZ_ALIGNMENT, d->dev, ptr);
   if (r != ZE_RESULT_SUCCESS) {
     *ptr = NULL;
@@ -886,10 +682,8 @@ static int lz_host_alloc(void *state, int device, size_t size, void **ptr, devbu
   lz_device *d = NULL;
   ze_host_mem_alloc_desc_t desc;
   ze_result_t r;
-  int rc;
-  if (ptr == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "host_alloc: NULL ptr");
-  *ptr = NULL;
-  rc = lz_device_get(st, device, &d, err);
+  int rc = gpu_check_out(ptr, "host_alloc", "ptr", err);
+  if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
   memset(&desc, 0, sizeof desc);
   desc.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC;
@@ -923,17 +717,13 @@ static int lz_copy(lz_state *st, int device, void *stream, void *dst, size_t dst
   lz_device *d = NULL;
   lz_stream *s = NULL;
   ze_result_t r;
-  uintptr_t to = (uintptr_t)dst, from = (uintptr_t)src;
+  uintptr_t to = 0, from = 0;
   const char *op = "zeCommandListAppendMemoryCopy";
+  int nothing = 0;
   int rc = lz_device_get(st, device, &d, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (nbytes == 0) return DEVBUF_OK;
-  if (dst == NULL || src == NULL)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL %s", what, dst ? "src" : "dst");
-  if (dst_offset > UINTPTR_MAX - to || src_offset > UINTPTR_MAX - from)
-    return devbuf_error_set(err, DEVBUF_EINVAL, "%s: offset overflows", what);
-  to += dst_offset;
-  from += src_offset;
+  if (rc == DEVBUF_OK)
+    rc = gpu_check_copy(what, dst, dst_offset, src, src_offset, nbytes, &to, &from, &nothing, err);
+  if (rc != DEVBUF_OK || nothing) return rc;
   rc = lz_stream_get(st, d, device, stream, &s, what, err);
   if (rc != DEVBUF_OK) return rc;
   pthread_mutex_lock(&s->lock);
@@ -971,14 +761,11 @@ static int lz_event_create(void *state, int device, void **event, devbuf_error *
   lz_state *st = state;
   lz_device *d = NULL;
   lz_event *e = NULL;
-  int rc;
-  if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_create: NULL event");
-  *event = NULL;
-  rc = lz_device_get(st, device, &d, err);
+  int rc = gpu_check_out(event, "event_create", "event", err);
+  if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
+  if (rc == DEVBUF_OK) rc = lz_event_new(st, &st->drivers[d->driver], device, &e, err);
   if (rc != DEVBUF_OK) return rc;
-  rc = lz_event_new(st, &st->drivers[d->driver], device, &e, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (!lz_handle_add(st, e, LZ_KIND_EVENT)) {
+  if (!gpu_handle_add(&st->base.handles, e, GPU_HANDLE_EVENT)) {
     lz_event_delete(st, &st->drivers[d->driver], e);
     return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of host memory");
   }
@@ -994,7 +781,7 @@ static int lz_event_get(lz_state *st, int device, void *event, int foreign_ok, c
   int rc = lz_device_get(st, device, d, err);
   if (rc != DEVBUF_OK) return rc;
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "%s: NULL event", op);
-  if (lz_handle_find(st, event, 0) == LZ_KIND_EVENT) {
+  if (gpu_handle_find(&st->base.handles, event, 0) == GPU_HANDLE_EVENT) {
     *own = event;
     *raw = (*own)->ev;
     if ((*own)->device != device)
@@ -1002,7 +789,7 @@ static int lz_event_get(lz_state *st, int device, void *event, int foreign_ok, c
                               op, (*own)->device, device);
     return DEVBUF_OK;
   }
-  if (!foreign_ok || lz_handle_find(st, event, 0) != 0)
+  if (!foreign_ok || gpu_handle_find(&st->base.handles, event, 0) != 0)
     return devbuf_error_set(err, DEVBUF_EINVAL, "%s: %p is not a live devbuf.level_zero event",
                             op, event);
   *own = NULL;
@@ -1018,7 +805,7 @@ static int lz_event_destroy(void *state, int device, void *event, devbuf_error *
   ze_result_t r;
   int rc = lz_event_get(st, device, event, 0, "event_destroy", &d, &e, &raw, err);
   if (rc != DEVBUF_OK) return rc;
-  lz_handle_find(st, e, 1);
+  gpu_handle_find(&st->base.handles, e, 1);
   r = lz_event_delete(st, &st->drivers[d->driver], e);
   if (r != ZE_RESULT_SUCCESS) return lz_fail(err, r, "zeEventDestroy", "device %d", device);
   return DEVBUF_OK;
@@ -1104,8 +891,6 @@ static int lz_event_query(void *state, int device, void *event, devbuf_error *er
 
 /* ---- device_info ------------------------------------------------------ */
 
-#define LZ_INFO_FLAGS (DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE | DEVBUF_DEVICE_INFO_READONLY)
-
 static int lz_device_info_export(void *state, const char *identifier, int device, void *event,
                                  void *stream, uint32_t flags, void *out, size_t capacity,
                                  size_t *size, devbuf_error *err) {
@@ -1113,14 +898,8 @@ static int lz_device_info_export(void *state, const char *identifier, int device
   lz_device *d = NULL;
   lz_stream *s = NULL;
   ze_event_handle_t raw = NULL;
-  int rc;
-  if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
-    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                            "device_info_export: devbuf.level_zero does not implement \"%s\"",
-                            identifier ? identifier : "(null)");
-  rc = devbuf_device_info_check_out(out, capacity, size, flags, LZ_INFO_FLAGS, "device_info_export", err);
-  if (rc != DEVBUF_OK) return rc;
-  rc = lz_device_get(st, device, &d, err);
+  int rc = gpu_info_export_check(state, identifier, device, flags, out, capacity, size, err);
+  if (rc == DEVBUF_OK) rc = lz_device_get(st, device, &d, err);
   if (rc != DEVBUF_OK) return rc;
   /* Consumers get raw Level Zero handles, usable without devbuf. */
   rc = lz_stream_get(st, d, device, stream, &s, "device_info_export", err);
@@ -1138,25 +917,6 @@ static int lz_device_info_export(void *state, const char *identifier, int device
   return DEVBUF_OK;
 }
 
-static int lz_device_info_import(void *state, const char *identifier, const void *info,
-                                 devbuf_device_info_desc *out, devbuf_error *err) {
-  lz_state *st = state;
-  int rc;
-  if (identifier == NULL || strcmp(identifier, LZ_IDENTIFIER) != 0)
-    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                            "device_info_import: devbuf.level_zero does not implement \"%s\"",
-                            identifier ? identifier : "(null)");
-  rc = devbuf_device_info_read(info, LZ_INFO_FLAGS, out, "device_info_import", err);
-  if (rc != DEVBUF_OK) return rc;
-  rc = lz_ensure(st, err);
-  if (rc != DEVBUF_OK) return rc;
-  if (out->device_ordinal >= st->count)
-    return devbuf_error_set(err, DEVBUF_ENODEV,
-                            "device_info_import: device_ordinal %d out of range (%d devices)",
-                            (int)out->device_ordinal, st->count);
-  return DEVBUF_OK;
-}
-
 /* ---- the table --------------------------------------------------------- */
 
 static const char *const lz_identifiers[] = {LZ_IDENTIFIER, NULL};
@@ -1171,7 +931,7 @@ static const devbuf_plugin_table lz_table = {
     .identifiers = lz_identifiers,
     .init = lz_init,
     .shutdown = lz_shutdown,
-    .device_count = lz_device_count,
+    .device_count = gpu_device_count,
     .device_props = lz_device_props,
     .mem_alloc = lz_mem_alloc,
     .mem_free = lz_mem_free,
@@ -1188,7 +948,7 @@ static const devbuf_plugin_table lz_table = {
     .event_synchronize = lz_event_synchronize,
     .event_query = lz_event_query,
     .device_info_export = lz_device_info_export,
-    .device_info_import = lz_device_info_import,
+    .device_info_import = gpu_info_import,
     .dtype_namespaces = NULL,
     .host_alloc = lz_host_alloc,
     .host_free = lz_host_free,

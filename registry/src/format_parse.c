@@ -106,6 +106,7 @@ typedef struct fp {
   bool oom;
   const uint32_t *omap; /* NumPy mode, whitespace stripped: offset -> caller's offset */
   size_t olen;          /* the caller's length, when omap is set */
+  size_t slen;          /* the stripped copy's length (p->end narrows in payloads) */
 } fp;
 
 typedef struct lvl {
@@ -123,7 +124,7 @@ typedef struct lvl {
 /* An offset in the caller's string (NumPy mode parses a stripped copy). */
 static size_t orig_off(const fp *p, size_t off) {
   if (p->omap == NULL) return off;
-  return off < p->end ? p->omap[off] : p->olen;
+  return off < p->slen ? p->omap[off] : p->olen;
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -1272,6 +1273,7 @@ static int np_strip(fp *p, char **buf, uint32_t **map) {
   }
   p->s = b;
   p->end = o;
+  p->slen = o;
   p->omap = m;
   *buf = b;
   *map = m;

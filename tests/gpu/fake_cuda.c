@@ -22,11 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAKE_EXPORT __attribute__((visibility("default")))
+#include "fake_common.h"
 
 #define FAKE_MAX_DEVICES 8
 #define FAKE_TOTAL_MEM ((size_t)16 << 30)
-#define FAKE_OOM_BYTES ((size_t)1 << 40) /* requests this large fail */
 #define FAKE_MAGIC_STREAM 0x57524541u
 #define FAKE_MAGIC_EVENT 0x45564e54u
 #define FAKE_MAGIC_POOL 0x504f4f4cu
@@ -36,34 +35,20 @@ struct CUctx_st {
   int refs;
 };
 struct CUstream_st {
-  unsigned magic;
-  int device;
+  fake_handle h;
 };
 struct CUevent_st {
-  unsigned magic;
-  int device;
+  fake_handle h;
 };
 struct CUmemPoolHandle_st {
-  unsigned magic;
-  int device;
+  fake_handle h;
   uint64_t release_threshold;
 };
-
-typedef struct fake_alloc {
-  uintptr_t base;
-  size_t size;
-  int device;
-  int pooled;
-  int host;
-  struct fake_alloc *next;
-} fake_alloc;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_initialized;
 static int g_devices = 2;
 static struct CUctx_st g_ctx[FAKE_MAX_DEVICES];
-static fake_alloc *g_allocs;
-static long g_live, g_pool_live;
 
 static _Thread_local CUcontext t_stack[16];
 static _Thread_local int t_depth;
@@ -72,18 +57,8 @@ FAKE_EXPORT long fake_cuda_live_allocations(void);
 FAKE_EXPORT long fake_cuda_pool_allocations(void);
 FAKE_EXPORT int fake_cuda_ctx_depth(void);
 
-long fake_cuda_live_allocations(void) {
-  pthread_mutex_lock(&g_lock);
-  long n = g_live;
-  pthread_mutex_unlock(&g_lock);
-  return n;
-}
-long fake_cuda_pool_allocations(void) {
-  pthread_mutex_lock(&g_lock);
-  long n = g_pool_live;
-  pthread_mutex_unlock(&g_lock);
-  return n;
-}
+long fake_cuda_live_allocations(void) { return fake_live_count(); }
+long fake_cuda_pool_allocations(void) { return fake_pool_count(); }
 int fake_cuda_ctx_depth(void) { return t_depth; }
 
 static CUcontext current(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
@@ -96,10 +71,7 @@ static CUcontext current(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NUL
 
 /* ---- errors ------------------------------------------------------------ */
 
-static const struct {
-  CUresult r;
-  const char *name, *text;
-} g_errors[] = {
+static const fake_error g_errors[] = {
     {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
     {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
     {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
@@ -112,24 +84,19 @@ static const struct {
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 };
 
+/* Unknown codes: NULL and CUDA_ERROR_INVALID_VALUE, as the driver does. */
+static CUresult error_entry(CUresult error, int text, const char **pStr) {
+  const fake_error *e = fake_error_find(g_errors, sizeof g_errors / sizeof *g_errors, error);
+  *pStr = e == NULL ? NULL : text ? e->text : e->name;
+  return e == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
-  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
-    if (g_errors[i].r == error) {
-      *pStr = g_errors[i].name;
-      return CUDA_SUCCESS;
-    }
-  *pStr = NULL;
-  return CUDA_ERROR_INVALID_VALUE;
+  return error_entry(error, 0, pStr);
 }
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
-  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
-    if (g_errors[i].r == error) {
-      *pStr = g_errors[i].text;
-      return CUDA_SUCCESS;
-    }
-  *pStr = NULL;
-  return CUDA_ERROR_INVALID_VALUE;
+  return error_entry(error, 1, pStr);
 }
 
 /* ---- init and devices ---------------------------------------------------- */
@@ -266,64 +233,24 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
 
 /* ---- memory -------------------------------------------------------------- */
 
+/* The driver aligns to at least 256 bytes; so must the fake. Host memory
+ * belongs to no device (-1). */
 static CUresult track(size_t size, int pooled, int host, uintptr_t *out) {
-  fake_alloc *a;
-  void *p;
-  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (size >= FAKE_OOM_BYTES) return CUDA_ERROR_OUT_OF_MEMORY;
-  /* The real driver aligns to at least 256 bytes; so must the fake. */
-  if (posix_memalign(&p, 256, size) != 0) p = NULL;
-  a = malloc(sizeof *a);
-  if (p == NULL || a == NULL) {
-    free(p);
-    free(a);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  a->base = (uintptr_t)p;
-  a->size = size;
-  a->device = host ? -1 : current()->device;
-  a->pooled = pooled;
-  a->host = host;
-  pthread_mutex_lock(&g_lock);
-  a->next = g_allocs;
-  g_allocs = a;
-  g_live++;
-  if (pooled) g_pool_live++;
-  pthread_mutex_unlock(&g_lock);
+  void *p = NULL;
+  int why = fake_track(size, 256, host ? -1 : current()->device, pooled, host, &p);
   *out = (uintptr_t)p;
-  return CUDA_SUCCESS;
+  return why == FAKE_OK ? CUDA_SUCCESS
+         : why == FAKE_NO_MEMORY ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
 }
 
 static CUresult untrack(uintptr_t base, int pooled, int host) {
-  CUresult r = CUDA_ERROR_INVALID_VALUE;
-  pthread_mutex_lock(&g_lock);
-  for (fake_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next) {
-    fake_alloc *a = *pp;
-    if (a->base != base) continue;
-    if (a->pooled != pooled || a->host != host) break; /* wrong free function */
-    *pp = a->next;
-    g_live--;
-    if (pooled) g_pool_live--;
-    free((void *)a->base);
-    free(a);
-    r = CUDA_SUCCESS;
-    break;
-  }
-  pthread_mutex_unlock(&g_lock);
-  return r;
+  return fake_untrack((void *)base, pooled, host, FAKE_ANY_OWNER) ? CUDA_SUCCESS
+                                                                  : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* Is [p, p+n) inside one live allocation (device or host)? */
 static int inside(uintptr_t p, size_t n, int host) {
-  int ok = 0;
-  pthread_mutex_lock(&g_lock);
-  for (fake_alloc *a = g_allocs; a; a = a->next)
-    if (a->host == host && p >= a->base && p - a->base <= a->size && n <= a->size - (p - a->base)) {
-      ok = 1;
-      break;
-    }
-  pthread_mutex_unlock(&g_lock);
-  return ok;
+  return fake_inside(p, n, host, FAKE_ANY_OWNER);
 }
 
 CUresult CUDAAPI cuMemGetInfo(size_t *free_b, size_t *total) {
@@ -369,34 +296,33 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props
       props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
       props->location.id >= g_devices)
     return CUDA_ERROR_INVALID_VALUE;
-  p = calloc(1, sizeof *p);
+  p = fake_handle_new(sizeof *p, FAKE_MAGIC_POOL, props->location.id);
   if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  p->magic = FAKE_MAGIC_POOL;
-  p->device = props->location.id;
   *pool = p;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   NEED_INIT();
-  if (pool == NULL || pool->magic != FAKE_MAGIC_POOL) return CUDA_ERROR_INVALID_VALUE;
-  pool->magic = 0;
-  free(pool);
+  if (!fake_handle_is(pool, FAKE_MAGIC_POOL)) return CUDA_ERROR_INVALID_VALUE;
+  fake_handle_free(pool);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
   NEED_INIT();
-  if (pool == NULL || pool->magic != FAKE_MAGIC_POOL) return CUDA_ERROR_INVALID_VALUE;
+  if (!fake_handle_is(pool, FAKE_MAGIC_POOL)) return CUDA_ERROR_INVALID_VALUE;
   if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_INVALID_VALUE;
   pool->release_threshold = *(cuuint64_t *)value;
   return CUDA_SUCCESS;
 }
 
 static CUresult check_stream(CUstream s) {
-  if (s == NULL) return CUDA_SUCCESS;
-  if (s->magic != FAKE_MAGIC_STREAM) return CUDA_ERROR_INVALID_HANDLE;
-  if (current() == NULL || s->device != current()->device) return CUDA_ERROR_INVALID_HANDLE;
+  /* The real driver's special handles (DLPack's stream 2 is the per-thread
+   * one): accepted, never dereferenced. */
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return CUDA_SUCCESS;
+  if (!fake_handle_is(s, FAKE_MAGIC_STREAM)) return CUDA_ERROR_INVALID_HANDLE;
+  if (current() == NULL || s->h.device != current()->device) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS;
 }
 
@@ -405,7 +331,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
   uintptr_t p;
   CUresult r;
   NEED_CTX();
-  if (pool == NULL || pool->magic != FAKE_MAGIC_POOL) return CUDA_ERROR_INVALID_VALUE;
+  if (!fake_handle_is(pool, FAKE_MAGIC_POOL)) return CUDA_ERROR_INVALID_VALUE;
   if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
   r = track(bytesize, 1, 0, &p);
   if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
@@ -459,19 +385,18 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
   struct CUstream_st *s;
   NEED_CTX();
   if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
-  s = calloc(1, sizeof *s);
+  s = fake_handle_new(sizeof *s, FAKE_MAGIC_STREAM, current()->device);
   if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  s->magic = FAKE_MAGIC_STREAM;
-  s->device = current()->device;
   *phStream = s;
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   NEED_CTX();
-  if (hStream == NULL || hStream->magic != FAKE_MAGIC_STREAM) return CUDA_ERROR_INVALID_HANDLE;
-  hStream->magic = 0;
-  free(hStream);
+  if (hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
+      !fake_handle_is(hStream, FAKE_MAGIC_STREAM))
+    return CUDA_ERROR_INVALID_HANDLE;
+  fake_handle_free(hStream);
   return CUDA_SUCCESS;
 }
 
@@ -481,7 +406,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
 }
 
 static CUresult check_event(CUevent e) {
-  if (e == NULL || e->magic != FAKE_MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
+  if (!fake_handle_is(e, FAKE_MAGIC_EVENT)) return CUDA_ERROR_INVALID_HANDLE;
   return CUDA_SUCCESS;
 }
 
@@ -497,10 +422,8 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   struct CUevent_st *e;
   NEED_CTX();
   if (Flags & ~0xfu) return CUDA_ERROR_INVALID_VALUE;
-  e = calloc(1, sizeof *e);
+  e = fake_handle_new(sizeof *e, FAKE_MAGIC_EVENT, current()->device);
   if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  e->magic = FAKE_MAGIC_EVENT;
-  e->device = current()->device;
   *phEvent = e;
   return CUDA_SUCCESS;
 }
@@ -509,8 +432,7 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
   CUresult r;
   NEED_INIT();
   if ((r = check_event(hEvent)) != CUDA_SUCCESS) return r;
-  hEvent->magic = 0;
-  free(hEvent);
+  fake_handle_free(hEvent);
   return CUDA_SUCCESS;
 }
 
@@ -519,7 +441,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   NEED_CTX();
   if ((r = check_event(hEvent)) != CUDA_SUCCESS) return r;
   if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
-  return hEvent->device == current()->device ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return hEvent->h.device == current()->device ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent) {

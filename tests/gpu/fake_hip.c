@@ -13,70 +13,43 @@
  * fake_hip_live_allocations(), fake_hip_pool_allocations(),
  * fake_hip_current_device(). FAKE_HIP_NO_POOLS=1 turns pool support off. */
 #include <hip/hip_runtime_api.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FAKE_EXPORT __attribute__((visibility("default")))
+#include "fake_common.h"
+
 #define FAKE_DEVICES 2
 #define FAKE_TOTAL_MEM ((size_t)32 << 30)
-#define FAKE_OOM_BYTES ((size_t)1 << 40)
 #define M_STREAM 0x5354524du
 #define M_EVENT 0x4556454eu
 #define M_POOL 0x504f4f4cu
 
 struct ihipStream_t {
-  unsigned magic;
-  int device;
+  fake_handle h;
 };
 struct ihipEvent_t {
-  unsigned magic;
-  int device;
+  fake_handle h;
 };
 struct ihipMemPoolHandle_t {
-  unsigned magic;
-  int device;
+  fake_handle h;
   uint64_t threshold;
 };
 
-typedef struct fake_alloc {
-  uintptr_t base;
-  size_t size;
-  int device, pooled, host;
-  struct fake_alloc *next;
-} fake_alloc;
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
-static fake_alloc *g_allocs;
-static long g_live, g_pool_live;
 static _Thread_local int t_device; /* HIP's default: device 0 */
 
 FAKE_EXPORT long fake_hip_live_allocations(void);
 FAKE_EXPORT long fake_hip_pool_allocations(void);
 FAKE_EXPORT int fake_hip_current_device(void);
-long fake_hip_live_allocations(void) {
-  pthread_mutex_lock(&g_lock);
-  long n = g_live;
-  pthread_mutex_unlock(&g_lock);
-  return n;
-}
-long fake_hip_pool_allocations(void) {
-  pthread_mutex_lock(&g_lock);
-  long n = g_pool_live;
-  pthread_mutex_unlock(&g_lock);
-  return n;
-}
+long fake_hip_live_allocations(void) { return fake_live_count(); }
+long fake_hip_pool_allocations(void) { return fake_pool_count(); }
 int fake_hip_current_device(void) { return t_device; }
 
 #define NEED_INIT() \
   if (!g_init) return hipErrorNotInitialized
 
-static const struct {
-  hipError_t r;
-  const char *name, *text;
-} g_errors[] = {
+static const fake_error g_errors[] = {
     {hipSuccess, "hipSuccess", "no error"},
     {hipErrorInvalidValue, "hipErrorInvalidValue", "invalid argument"},
     {hipErrorOutOfMemory, "hipErrorOutOfMemory", "out of memory"},
@@ -87,16 +60,15 @@ static const struct {
     {hipErrorNotReady, "hipErrorNotReady", "device not ready"},
 };
 
+/* HIP answers unknown codes with a string, never NULL. */
 const char *hipGetErrorName(hipError_t e) {
-  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
-    if (g_errors[i].r == e) return g_errors[i].name;
-  return "hipErrorUnknown";
+  const fake_error *f = fake_error_find(g_errors, sizeof g_errors / sizeof *g_errors, e);
+  return f ? f->name : "hipErrorUnknown";
 }
 
 const char *hipGetErrorString(hipError_t e) {
-  for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
-    if (g_errors[i].r == e) return g_errors[i].text;
-  return "unknown error";
+  const fake_error *f = fake_error_find(g_errors, sizeof g_errors / sizeof *g_errors, e);
+  return f ? f->text : "unknown error";
 }
 
 hipError_t hipInit(unsigned int flags) {
@@ -176,68 +148,23 @@ hipError_t hipMemGetInfo(size_t *free_b, size_t *total) {
 
 /* ---- memory -------------------------------------------------------------- */
 
+/* Device memory belongs to the device current when it was made, and must
+ * be freed and copied with that device current; host memory to none (-1). */
 static hipError_t track(size_t size, int pooled, int host, void **out) {
-  void *p = NULL;
-  fake_alloc *a;
-  if (size == 0) return hipErrorInvalidValue;
-  if (size >= FAKE_OOM_BYTES) return hipErrorOutOfMemory;
-  if (posix_memalign(&p, 256, size) != 0) return hipErrorOutOfMemory;
-  a = malloc(sizeof *a);
-  if (a == NULL) {
-    free(p);
-    return hipErrorOutOfMemory;
-  }
-  a->base = (uintptr_t)p;
-  a->size = size;
-  a->device = host ? -1 : t_device;
-  a->pooled = pooled;
-  a->host = host;
-  pthread_mutex_lock(&g_lock);
-  a->next = g_allocs;
-  g_allocs = a;
-  g_live++;
-  if (pooled) g_pool_live++;
-  pthread_mutex_unlock(&g_lock);
-  *out = p;
-  return hipSuccess;
+  int why = fake_track(size, 256, host ? -1 : t_device, pooled, host, out);
+  return why == FAKE_OK ? hipSuccess
+         : why == FAKE_NO_MEMORY ? hipErrorOutOfMemory : hipErrorInvalidValue;
 }
 
 static hipError_t untrack(void *p, int pooled, int host) {
-  hipError_t r = hipErrorInvalidValue;
-  pthread_mutex_lock(&g_lock);
-  for (fake_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next) {
-    fake_alloc *a = *pp;
-    if (a->base != (uintptr_t)p) continue;
-    if (a->pooled != pooled || a->host != host) break;
-    if (!host && a->device != t_device) break; /* freed with another device current */
-    *pp = a->next;
-    g_live--;
-    if (pooled) g_pool_live--;
-    free((void *)a->base);
-    free(a);
-    r = hipSuccess;
-    break;
-  }
-  pthread_mutex_unlock(&g_lock);
-  return r;
+  return fake_untrack(p, pooled, host, host ? -1 : t_device) ? hipSuccess : hipErrorInvalidValue;
 }
 
-static int inside(uintptr_t p, size_t n) {
-  int ok = 0;
-  pthread_mutex_lock(&g_lock);
-  for (fake_alloc *a = g_allocs; a; a = a->next)
-    if (!a->host && a->device == t_device && p >= a->base && p - a->base <= a->size &&
-        n <= a->size - (p - a->base)) {
-      ok = 1;
-      break;
-    }
-  pthread_mutex_unlock(&g_lock);
-  return ok;
-}
+static int inside(uintptr_t p, size_t n) { return fake_inside(p, n, 0, t_device); }
 
 static hipError_t check_stream(hipStream_t s) {
   if (s == NULL) return hipSuccess;
-  if (s->magic != M_STREAM || s->device != t_device) return hipErrorInvalidHandle;
+  if (!fake_handle_is(s, M_STREAM) || s->h.device != t_device) return hipErrorInvalidHandle;
   return hipSuccess;
 }
 
@@ -269,25 +196,22 @@ hipError_t hipMemPoolCreate(hipMemPool_t *pool, const hipMemPoolProps *props) {
       props->location.type != hipMemLocationTypeDevice || props->location.id < 0 ||
       props->location.id >= FAKE_DEVICES)
     return hipErrorInvalidValue;
-  p = calloc(1, sizeof *p);
+  p = fake_handle_new(sizeof *p, M_POOL, props->location.id);
   if (p == NULL) return hipErrorOutOfMemory;
-  p->magic = M_POOL;
-  p->device = props->location.id;
   *pool = p;
   return hipSuccess;
 }
 
 hipError_t hipMemPoolDestroy(hipMemPool_t pool) {
   NEED_INIT();
-  if (pool == NULL || pool->magic != M_POOL) return hipErrorInvalidValue;
-  pool->magic = 0;
-  free(pool);
+  if (!fake_handle_is(pool, M_POOL)) return hipErrorInvalidValue;
+  fake_handle_free(pool);
   return hipSuccess;
 }
 
 hipError_t hipMemPoolSetAttribute(hipMemPool_t pool, hipMemPoolAttr attr, void *value) {
   NEED_INIT();
-  if (pool == NULL || pool->magic != M_POOL) return hipErrorInvalidValue;
+  if (!fake_handle_is(pool, M_POOL)) return hipErrorInvalidValue;
   if (attr != hipMemPoolAttrReleaseThreshold) return hipErrorInvalidValue;
   pool->threshold = *(uint64_t *)value;
   return hipSuccess;
@@ -297,7 +221,7 @@ hipError_t hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t pool
                                   hipStream_t stream) {
   hipError_t r;
   NEED_INIT();
-  if (pool == NULL || pool->magic != M_POOL || pool->device != t_device)
+  if (!fake_handle_is(pool, M_POOL) || pool->h.device != t_device)
     return hipErrorInvalidValue;
   if ((r = check_stream(stream)) != hipSuccess) return r;
   return track(size, 1, 0, dev_ptr);
@@ -345,19 +269,16 @@ hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags) {
   struct ihipStream_t *s;
   NEED_INIT();
   if (flags & ~(unsigned)hipStreamNonBlocking) return hipErrorInvalidValue;
-  s = calloc(1, sizeof *s);
+  s = fake_handle_new(sizeof *s, M_STREAM, t_device);
   if (s == NULL) return hipErrorOutOfMemory;
-  s->magic = M_STREAM;
-  s->device = t_device;
   *stream = s;
   return hipSuccess;
 }
 
 hipError_t hipStreamDestroy(hipStream_t stream) {
   NEED_INIT();
-  if (stream == NULL || stream->magic != M_STREAM) return hipErrorInvalidHandle;
-  stream->magic = 0;
-  free(stream);
+  if (!fake_handle_is(stream, M_STREAM)) return hipErrorInvalidHandle;
+  fake_handle_free(stream);
   return hipSuccess;
 }
 
@@ -367,7 +288,7 @@ hipError_t hipStreamSynchronize(hipStream_t stream) {
 }
 
 static hipError_t check_event(hipEvent_t e) {
-  if (e == NULL || e->magic != M_EVENT) return hipErrorInvalidHandle;
+  if (!fake_handle_is(e, M_EVENT)) return hipErrorInvalidHandle;
   return hipSuccess;
 }
 
@@ -383,10 +304,8 @@ hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags) {
   struct ihipEvent_t *e;
   NEED_INIT();
   if (flags & ~0xfu) return hipErrorInvalidValue;
-  e = calloc(1, sizeof *e);
+  e = fake_handle_new(sizeof *e, M_EVENT, t_device);
   if (e == NULL) return hipErrorOutOfMemory;
-  e->magic = M_EVENT;
-  e->device = t_device;
   *event = e;
   return hipSuccess;
 }
@@ -395,8 +314,7 @@ hipError_t hipEventDestroy(hipEvent_t event) {
   hipError_t r;
   NEED_INIT();
   if ((r = check_event(event)) != hipSuccess) return r;
-  event->magic = 0;
-  free(event);
+  fake_handle_free(event);
   return hipSuccess;
 }
 
@@ -405,7 +323,7 @@ hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) {
   NEED_INIT();
   if ((r = check_event(event)) != hipSuccess) return r;
   if ((r = check_stream(stream)) != hipSuccess) return r;
-  return event->device == t_device ? hipSuccess : hipErrorInvalidHandle;
+  return event->h.device == t_device ? hipSuccess : hipErrorInvalidHandle;
 }
 
 hipError_t hipEventQuery(hipEvent_t event) {

@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAKE_EXPORT __attribute__((visibility("default")))
+#include "fake_common.h"
+
 #define FAKE_MAX_DRIVERS 4
 #define FAKE_DEVICE_MEM ((uint64_t)8 << 30)
-#define FAKE_OOM_BYTES ((size_t)1 << 40)
 
 enum {
   M_DRIVER = 0x44525652,
@@ -67,34 +67,16 @@ struct _ze_event_handle_t {
   int signaled;
 };
 
-typedef struct fake_alloc {
-  uintptr_t base;
-  size_t size;
-  int host;
-  struct _ze_context_handle_t *ctx;
-  struct fake_alloc *next;
-} fake_alloc;
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init, g_ndrivers = 2;
 static struct _ze_driver_handle_t g_drivers[FAKE_MAX_DRIVERS];
 static struct _ze_device_handle_t g_devices[FAKE_MAX_DRIVERS];
-static fake_alloc *g_allocs;
-static long g_live; /* contexts, lists, pools, events and allocations alive */
 
+/* Contexts, lists, pools, events and allocations alive. */
 FAKE_EXPORT long fake_ze_live_objects(void);
-long fake_ze_live_objects(void) {
-  pthread_mutex_lock(&g_lock);
-  long n = g_live;
-  pthread_mutex_unlock(&g_lock);
-  return n;
-}
+long fake_ze_live_objects(void) { return fake_live_count(); }
 
-static void live(int delta) {
-  pthread_mutex_lock(&g_lock);
-  g_live += delta;
-  pthread_mutex_unlock(&g_lock);
-}
+static void live(int delta) { fake_live_add(delta); }
 
 #define NEED_INIT() \
   if (!g_init) return ZE_RESULT_ERROR_UNINITIALIZED
@@ -224,32 +206,20 @@ ze_result_t ZE_APICALL zeContextDestroy(ze_context_handle_t hContext) {
 
 /* ---- memory ------------------------------------------------------------ */
 
+/* Memory belongs to its context: freeing it through another one fails. */
 static ze_result_t track(struct _ze_context_handle_t *ctx, size_t size, size_t alignment,
                          int host, void **out) {
-  void *p = NULL;
-  fake_alloc *a;
-  if (size == 0) return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
-  if (alignment & (alignment - 1)) return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
-  if (size >= FAKE_OOM_BYTES)
-    return host ? ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY : ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY;
-  if (alignment < sizeof(void *)) alignment = sizeof(void *);
-  if (posix_memalign(&p, alignment, size) != 0) return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
-  a = malloc(sizeof *a);
-  if (a == NULL) {
-    free(p);
-    return ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+  switch (fake_track(size, alignment, (intptr_t)ctx, 0, host, out)) {
+    case FAKE_OK:
+      return ZE_RESULT_SUCCESS;
+    case FAKE_BAD_SIZE:
+      return ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
+    case FAKE_BAD_ALIGNMENT:
+      return ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT;
+    default:
+      return size >= FAKE_OOM_BYTES && !host ? ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
+                                             : ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   }
-  a->base = (uintptr_t)p;
-  a->size = size;
-  a->host = host;
-  a->ctx = ctx;
-  pthread_mutex_lock(&g_lock);
-  a->next = g_allocs;
-  g_allocs = a;
-  g_live++;
-  pthread_mutex_unlock(&g_lock);
-  *out = p;
-  return ZE_RESULT_SUCCESS;
 }
 
 ze_result_t ZE_APICALL zeMemAllocDevice(ze_context_handle_t hContext,
@@ -276,37 +246,14 @@ ze_result_t ZE_APICALL zeMemAllocHost(ze_context_handle_t hContext,
 }
 
 ze_result_t ZE_APICALL zeMemFree(ze_context_handle_t hContext, void *ptr) {
-  ze_result_t r = ZE_RESULT_ERROR_INVALID_ARGUMENT;
   NEED_INIT();
   NEED(hContext, M_CONTEXT);
-  pthread_mutex_lock(&g_lock);
-  for (fake_alloc **pp = &g_allocs; *pp; pp = &(*pp)->next) {
-    fake_alloc *a = *pp;
-    if (a->base != (uintptr_t)ptr) continue;
-    if (a->ctx != hContext) break; /* freed through another context */
-    *pp = a->next;
-    free((void *)a->base);
-    free(a);
-    g_live--;
-    r = ZE_RESULT_SUCCESS;
-    break;
-  }
-  pthread_mutex_unlock(&g_lock);
-  return r;
+  return fake_untrack(ptr, 0, FAKE_ANY_KIND, (intptr_t)hContext) ? ZE_RESULT_SUCCESS
+                                                                 : ZE_RESULT_ERROR_INVALID_ARGUMENT;
 }
 
 /* A pointer that starts in a device allocation must stay inside it. */
-static int range_ok(uintptr_t p, size_t n) {
-  int ok = 1;
-  pthread_mutex_lock(&g_lock);
-  for (fake_alloc *a = g_allocs; a; a = a->next)
-    if (!a->host && p >= a->base && p <= a->base + a->size) {
-      ok = n <= a->size - (p - a->base);
-      break;
-    }
-  pthread_mutex_unlock(&g_lock);
-  return ok;
-}
+static int range_ok(uintptr_t p, size_t n) { return fake_range_ok(p, n); }
 
 /* ---- command lists ------------------------------------------------------- */
 
@@ -448,13 +395,13 @@ ze_result_t ZE_APICALL zeEventCreate(ze_event_pool_handle_t hPool, const ze_even
   else {
     hPool->used[desc->index] = 1;
     hPool->live++;
-    g_live++;
   }
   pthread_mutex_unlock(&g_lock);
   if (r != ZE_RESULT_SUCCESS) {
     free(e);
     return r;
   }
+  live(1);
   e->magic = M_EVENT;
   e->pool = hPool;
   e->index = desc->index;
@@ -468,8 +415,8 @@ ze_result_t ZE_APICALL zeEventDestroy(ze_event_handle_t hEvent) {
   pthread_mutex_lock(&g_lock);
   hEvent->pool->used[hEvent->index] = 0;
   hEvent->pool->live--;
-  g_live--;
   pthread_mutex_unlock(&g_lock);
+  live(-1);
   hEvent->magic = 0;
   free(hEvent);
   return ZE_RESULT_SUCCESS;

@@ -192,6 +192,11 @@ def dlpack_producers(draw):
                     major=major)
 
 
+def _producer(**kw):
+    from dlpack_ctypes import Producer
+    return Producer(None, **kw)
+
+
 def _fits(p):
     """Does p's description stay inside _BACKING? (then to_host may read it)"""
     code, bits, lanes = p.dtype
@@ -215,6 +220,9 @@ def _fits(p):
 
 
 @given(p=dlpack_producers())
+@example(p=_producer(dtype=(1, 8, 1), shape=[0, 2 ** 31, 2 ** 32], strides=None, data=4096))
+@example(p=_producer(dtype=(2, 32, 1), shape=[0], strides=None, data=2 ** 64 - 16,
+                     byte_offset=64))
 def fuzz_dlpack(p):
     try:
         a = devbuf.from_dlpack(p)

@@ -246,3 +246,18 @@ def test_to_host_of_sparse_device_view_copies_run_by_run(sim):
     assert np.array_equal(h.reshape(want.shape), want)
     del f
     p.settle()
+
+
+def test_empty_dlpack_tensor_with_huge_other_dimensions():
+    # Found by pyfuzz (dlpack target): an empty tensor skips the extent check,
+    # and the C-order strides of (0, 2**31, 2**32) bytes overflowed int64 in
+    # dlpack_import.c (UBSan: signed integer overflow; this test fails in the
+    # build-asan-py stage of scripts/test.sh without the fix).
+    from dlpack_ctypes import Producer
+    p = Producer(None, dtype=(1, 8, 1), shape=(0, 2 ** 31, 2 ** 32), strides=None, data=4096)
+    a = devbuf.from_dlpack(p)
+    v = devbuf.view(a)
+    assert v.nbytes == 0 and v.shape == (0, 2 ** 31, 2 ** 32)
+    v.release()
+    del a
+    p.settle()

@@ -257,6 +257,11 @@ def test_numpy_mode_offsets_are_the_callers():
     assert e.value.offset == 3
     f = devbuf.parse_format("i  d:x y:", "numpy")
     assert f.fields[1].src_offset == 3 and f.fields[1].name == "x y"
+    # an error at the end of a reserved payload maps to the caller's ']'
+    for fmt, off in [(" [struct$3]", 10), (" i [buffer$T{i]", 14)]:
+        with pytest.raises(devbuf.FormatError) as e:
+            devbuf.parse_format(fmt, "numpy")
+        assert e.value.offset == off, fmt
 
 
 # ---- every exporter: plain requests for device memory refused, extended fields untouched -
@@ -511,3 +516,31 @@ def test_producer_helper_never_writes_extended_fields_unasked(flags):
     consumer = _consumer()
     assert consumer.set_device_helper(flags) == (0, False)
     assert consumer.set_device_helper(flags | devbuf.PyBUF_DEVICE) == (1, True)
+
+
+def test_cuda_stream_values_follow_the_dlpack_spec(devbuf_env, devbuf_build):
+    """CUDA: 0 is refused as ambiguous, 1 is the legacy default stream, 2 the
+    per-thread default, -1 'do not synchronize' (fake libcuda without a GPU)."""
+    import subprocess
+    import sys
+    import textwrap
+    fake = devbuf_build / "lib" / "libdevbuf_fake_cuda.so"
+    if not fake.exists():
+        pytest.skip("the fake libcuda was not built (CUDA headers missing)")
+    code = textwrap.dedent("""
+        import numpy as np, devbuf
+        b = devbuf.from_host(np.arange(4.0), device="devbuf.cuda:0")
+        try:
+            b.__dlpack__(max_version=(1, 0), stream=0)
+            print("accepted-0")
+        except ValueError as e:
+            print("refused-0" if "ambiguous" in str(e) else "other-0")
+        for s in (None, 1, 2, -1):
+            b.__dlpack__(max_version=(1, 0), stream=s)
+        print("ok")
+    """)
+    env = dict(devbuf_env, DEVBUF_CUDA_LIBRARY=str(fake))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["refused-0", "ok"]

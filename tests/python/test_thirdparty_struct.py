@@ -78,7 +78,10 @@ WHITESPACE = ["i i", " i", "i ", "\ti\n", "< i", "<  i h", "3 i", "i 3", "i\x0bh
               "\r\ni"]
 INVALID = ["Z", "j", "y", "{", "T{i}", "(2)i", "i:a:", "&i", "[devbuf$bfloat16]", "-1i",
            "<>i", "i<", "@@i", "=n", "<P", ">N", "!n", "99999999999999999999b",
-           "9223372036854775807q", "t", "3t", "1", "w", "Ze", "Zd", "F", "D", "^i"]
+           "9223372036854775807q", "t", "3t", "1", "w", "Ze", "Zg", "^i"]
+# The complex codes are left out on purpose: struct mode follows CPython
+# 3.15 (3.14's F/D, 3.15's Zf/Zd), which this interpreter's struct predates;
+# test_format_struct.py checks them against 3.15's rules.
 
 
 @pytest.mark.parametrize("fmt", WHITESPACE + INVALID)

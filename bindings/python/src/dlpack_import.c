@@ -67,10 +67,15 @@ static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
   if (t->strides) {
     for (int i = 0; i < nd; i++) f->el_strides[i] = t->strides[i];
   } else {
+    /* Row-major strides, multiplying by the real extents as CPython does
+     * (an empty array's outer strides become 0). describe() bounds the
+     * product only when there are items: with a 0 extent further out the
+     * inner extents may be anything, so an overflowing product is an empty
+     * array's stride, which nothing reads, and is stored as 0. */
     int64_t s = 1;
     for (int i = nd - 1; i >= 0; i--) {
       f->el_strides[i] = s;
-      s *= t->shape[i] > 0 ? t->shape[i] : 1; /* bounded: describe checked the extents */
+      if (__builtin_mul_overflow(s, t->shape[i], &s)) s = 0;
     }
   }
   f->tensor.shape = nd ? f->el_shape : NULL;

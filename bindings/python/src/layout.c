@@ -19,6 +19,7 @@ static Py_ssize_t simple_itemsize(const char *f) {
     /* standard sizes for the explicit byte orders; '@' is native = same here */
     f++;
   }
+  if (f[0] == 'Z' && (f[1] == 'f' || f[1] == 'd') && f[2] == '\0') return f[1] == 'f' ? 8 : 16;
   if (f[0] == '\0' || f[1] != '\0') return 0;
   switch (f[0]) {
     case 'b': case 'B': case 'c': case '?': case 'x': return 1;
@@ -149,9 +150,15 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
                  owned);
     return -1;
   }
-  if (strides != NULL && shape != NULL && owned >= 0 && !empty) {
-    /* Every item in [0, owned): the lowest and highest byte it touches. */
+  if (strides != NULL && shape != NULL && !empty) {
+    /* The lowest and highest byte an item touches: computed without
+     * overflow for every layout (copies and gathers do this arithmetic),
+     * and inside [0, owned) when the memory's size is known. */
     Py_ssize_t lo = 0, hi = itemsize;
+    if (itemsize > PY_SSIZE_T_MAX / 2) {
+      PyErr_Format(exc, "%s: itemsize %zd is too large to stride over", what, itemsize);
+      return -1;
+    }
     for (int i = 0; i < ndim; i++) {
       Py_ssize_t n = shape[i] - 1, s = strides[i], ext;
       if (s != 0 && n > 0 &&
@@ -168,7 +175,7 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
         return -1;
       }
     }
-    if (lo < 0 || hi > owned) {
+    if (owned >= 0 && (lo < 0 || hi > owned)) {
       PyErr_Format(exc, "%s: strides reach bytes [%zd, %zd) outside the %zd bytes it holds", what,
                    lo, hi, owned);
       return -1;
