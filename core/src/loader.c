@@ -560,7 +560,10 @@ void devbuf__discover(void) {
       if (dir) {
         own = devbuf__rt.nsearch;
         add_search(dir, in_build ? "build tree" : "install", 0);
-        if (own == devbuf__rt.nsearch || realpath(dir, g_own_dir) == NULL) own = (size_t)-1;
+        if (own == devbuf__rt.nsearch || realpath(dir, g_own_dir) == NULL) {
+          own = (size_t)-1;
+          g_own_dir[0] = '\0'; /* realpath leaves it undefined on failure */
+        }
       }
       free(dir);
     }
