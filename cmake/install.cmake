@@ -69,15 +69,23 @@ install(FILES ${CMAKE_SOURCE_DIR}/plugins/plugin.map DESTINATION ${DEVBUF_MAP_IN
 # ---- CMake package ----------------------------------------------------------
 install(EXPORT devbufTargets NAMESPACE devbuf:: DESTINATION ${DEVBUF_CMAKE_INSTALL_DIR}
   COMPONENT dev)
+# The package files are for the install tree only: they are generated under
+# cmake/install-only/, and the build tree's cmake/devbufConfig.cmake (where
+# -Ddevbuf_DIR=<build>/cmake or CMAKE_PREFIX_PATH=<build> would find one) is
+# a guard that says so and how to make an install, instead of a package that
+# points at a devbufTargets.cmake and an include/ that do not exist there.
+set(DEVBUF_INSTALL_ONLY_DIR ${CMAKE_BINARY_DIR}/cmake/install-only)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/devbufConfig-buildtree.cmake.in
+  ${CMAKE_BINARY_DIR}/cmake/devbufConfig.cmake @ONLY)
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/devbufConfig.cmake.in
-  ${CMAKE_BINARY_DIR}/cmake/devbufConfig.cmake
+  ${DEVBUF_INSTALL_ONLY_DIR}/devbufConfig.cmake
   INSTALL_DESTINATION ${DEVBUF_CMAKE_INSTALL_DIR}
   PATH_VARS CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_BINDIR)
 # 0.x: a new minor may break the API, so only the same minor is compatible.
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/devbufConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES
-  ${CMAKE_BINARY_DIR}/cmake/devbufConfig.cmake
+  ${DEVBUF_INSTALL_ONLY_DIR}/devbufConfig.cmake
   ${CMAKE_BINARY_DIR}/cmake/devbufConfigVersion.cmake
   ${CMAKE_CURRENT_LIST_DIR}/devbufPlugin.cmake
   DESTINATION ${DEVBUF_CMAKE_INSTALL_DIR} COMPONENT dev)
@@ -88,8 +96,9 @@ file(RELATIVE_PATH DEVBUF_PC_TO_PREFIX
   ${CMAKE_INSTALL_PREFIX}/${DEVBUF_PKGCONFIG_INSTALL_DIR} ${CMAKE_INSTALL_PREFIX})
 string(REGEX REPLACE "/$" "" DEVBUF_PC_TO_PREFIX "${DEVBUF_PC_TO_PREFIX}")
 foreach(_pc devbuf devbuf-plugin)
-  configure_file(${CMAKE_CURRENT_LIST_DIR}/${_pc}.pc.in ${CMAKE_BINARY_DIR}/cmake/${_pc}.pc @ONLY)
-  install(FILES ${CMAKE_BINARY_DIR}/cmake/${_pc}.pc DESTINATION ${DEVBUF_PKGCONFIG_INSTALL_DIR}
+  # Install-only too: ${pcfiledir} resolves only in an installed prefix.
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/${_pc}.pc.in ${DEVBUF_INSTALL_ONLY_DIR}/${_pc}.pc @ONLY)
+  install(FILES ${DEVBUF_INSTALL_ONLY_DIR}/${_pc}.pc DESTINATION ${DEVBUF_PKGCONFIG_INSTALL_DIR}
     COMPONENT dev)
 endforeach()
 

@@ -90,8 +90,16 @@ static int check_dev(const devbuf_device *dev, const char *op, devbuf_error *err
 
 /* A plugin call failed: make sure the message exists and says where. */
 static int plugin_failed(const devbuf_device *dev, const char *op, int rc, devbuf_error *err) {
-  if (err == NULL) return rc;
-  if (rc < 0) rc = DEVBUF_EBACKEND; /* a plugin broke the contract: keep codes in range */
+  if (err == NULL) return devbuf__status_known(rc) ? rc : DEVBUF_EBACKEND;
+  char num[48];
+  if (!devbuf__status_known(rc)) {
+    /* A plugin broke the contract: keep codes in range, and say what it returned. */
+    char tmp[DEVBUF_ERROR_MESSAGE_SIZE];
+    snprintf(tmp, sizeof tmp, "%s returned %s%s%s", op, devbuf__status_text(rc, num, sizeof num),
+             err->message[0] ? ": " : "", err->message);
+    memcpy(err->message, tmp, sizeof tmp);
+    rc = DEVBUF_EBACKEND;
+  }
   if (err->message[0] == '\0')
     snprintf(err->message, sizeof err->message, "%s failed with %s (the plugin gave no message)",
              op, devbuf_status_name(rc));
@@ -235,56 +243,155 @@ int devbuf_host_free(const devbuf_device *dev, void *ptr, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
+/* ---- synchronous defaults (ABI 1.1) ---------------------------------------------
+ * A plugin of ABI minor >= 1 may leave the copy, stream and event slots NULL
+ * when its device is host-accessible: copies are then memcpy, done when they
+ * return, so every stream and event is complete at once. Default handles are
+ * small tokens the runtime makes and checks, never NULL, so that the default
+ * stream (NULL) stays distinct from a created one. */
+
+/* 1 when `dev`'s plugin leaves `slot` NULL and the runtime stands in; 0 when
+ * the plugin implements it; -1 (err set) when it may not be left NULL. */
+static int use_default(const devbuf_device *dev, const void *slot, const char *op,
+                       devbuf_error *err) {
+  if (slot != NULL) return 0;
+  devbuf_backend *b = dev->backend;
+  devbuf_device_props props;
+  devbuf_error e;
+  if (devbuf_device_props_get(dev, &props, &e) != DEVBUF_OK) {
+    if (err) *err = e;
+    return -1;
+  }
+  if (!(props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE)) {
+    devbuf_error_set(err, DEVBUF_ENOTSUP,
+                     "%s:%d: %s: plugin '%s' leaves the slot NULL, which only a host-accessible "
+                     "device may do (its device_props lacks DEVBUF_DEVICE_HOST_ACCESSIBLE)",
+                     dev->identifier, dev->ordinal, op, b->name);
+    return -1;
+  }
+  return 1;
+}
+
+/* Remember a handle the runtime handed out (NULL is the default stream). */
+static void track(devbuf_backend *b, devbuf_allocmap *m, void *h) {
+  if (h == NULL) return;
+  pthread_mutex_lock(&b->lock);
+  am_insert(m, h, 0);
+  pthread_mutex_unlock(&b->lock);
+}
+
+static int known(devbuf_backend *b, devbuf_allocmap *m, void *h, int remove) {
+  pthread_mutex_lock(&b->lock);
+  int k = am_find(m, h, NULL, remove);
+  pthread_mutex_unlock(&b->lock);
+  return k;
+}
+
+/* A default stream or event handle must be one the runtime made. */
+static int default_handle(const devbuf_device *dev, devbuf_allocmap *m, void *h, int remove,
+                          const char *op, const char *what, devbuf_error *err) {
+  if (known(dev->backend, m, h, remove)) return DEVBUF_OK;
+  return devbuf_error_set(err, DEVBUF_EINVAL, "%s:%d: %s: %p is not a live %s of this device",
+                          dev->identifier, dev->ordinal, op, h, what);
+}
+
+#define DEFAULT_OR_CALL(dev, op, slot, dflt, ...)                                       \
+  do {                                                                                  \
+    int crc_ = check_dev((dev), op, err);                                               \
+    if (crc_) return crc_;                                                              \
+    int d_ = use_default((dev), (const void *)(dev)->backend->table.slot, op, err);     \
+    if (d_ < 0) return err ? err->code : DEVBUF_ENOTSUP;                                \
+    if (d_ > 0) { dflt; }                                                               \
+    else CALL(dev, op, slot, __VA_ARGS__);                                              \
+  } while (0)
+
 int devbuf_stream_create(const devbuf_device *dev, void **stream, devbuf_error *err) {
   if (stream == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_create: stream is NULL");
   *stream = NULL;
-  CALL(dev, "stream_create", stream_create, stream);
+  DEFAULT_OR_CALL(dev, "stream_create", stream_create, {
+    if ((*stream = calloc(1, 1)) == NULL)
+      return devbuf_error_set(err, DEVBUF_ENOMEM, "stream_create: out of host memory");
+  }, stream);
+  track(dev->backend, &dev->backend->streams, *stream);
   atomic_fetch_add(&dev->backend->live_streams, 1);
   return DEVBUF_OK;
 }
 
 int devbuf_stream_destroy(const devbuf_device *dev, void *stream, devbuf_error *err) {
-  CALL(dev, "stream_destroy", stream_destroy, stream);
+  DEFAULT_OR_CALL(dev, "stream_destroy", stream_destroy, {
+    if (stream == NULL)
+      return devbuf_error_set(err, DEVBUF_EINVAL,
+                              "%s:%d: stream_destroy: the default stream (NULL) cannot be destroyed",
+                              dev->identifier, dev->ordinal);
+    int r_ = default_handle(dev, &dev->backend->streams, stream, 1, "stream_destroy", "stream", err);
+    if (r_) return r_;
+    free(stream);
+  }, stream);
+  if (stream) known(dev->backend, &dev->backend->streams, stream, 1);
   atomic_fetch_sub(&dev->backend->live_streams, 1);
   return DEVBUF_OK;
 }
 
 int devbuf_stream_synchronize(const devbuf_device *dev, void *stream, devbuf_error *err) {
-  CALL(dev, "stream_synchronize", stream_synchronize, stream);
+  DEFAULT_OR_CALL(dev, "stream_synchronize", stream_synchronize, {
+    if (stream) {
+      int r_ = default_handle(dev, &dev->backend->streams, stream, 0, "stream_synchronize", "stream", err);
+      if (r_) return r_;
+    }
+  }, stream);
   return DEVBUF_OK;
 }
 
 int devbuf_event_create(const devbuf_device *dev, void **event, devbuf_error *err) {
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_create: event is NULL");
   *event = NULL;
-  CALL(dev, "event_create", event_create, event);
+  DEFAULT_OR_CALL(dev, "event_create", event_create, {
+    if ((*event = calloc(1, 1)) == NULL)
+      return devbuf_error_set(err, DEVBUF_ENOMEM, "event_create: out of host memory");
+  }, event);
+  track(dev->backend, &dev->backend->events, *event);
   atomic_fetch_add(&dev->backend->live_events, 1);
   return DEVBUF_OK;
 }
 
 int devbuf_event_destroy(const devbuf_device *dev, void *event, devbuf_error *err) {
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_destroy: event is NULL");
-  CALL(dev, "event_destroy", event_destroy, event);
+  DEFAULT_OR_CALL(dev, "event_destroy", event_destroy, {
+    int r_ = default_handle(dev, &dev->backend->events, event, 1, "event_destroy", "event", err);
+    if (r_) return r_;
+    free(event);
+  }, event);
+  known(dev->backend, &dev->backend->events, event, 1);
   atomic_fetch_sub(&dev->backend->live_events, 1);
   return DEVBUF_OK;
 }
 
+/* Every default event and stream is complete at once: only the handle is checked. */
+#define DEFAULT_EVENT_OP(dev, op)                                                       \
+  {                                                                                     \
+    int r_ = default_handle(dev, &dev->backend->events, event, 0, op, "event", err);     \
+    if (r_) return r_;                                                                  \
+  }
+
 int devbuf_event_record(const devbuf_device *dev, void *event, void *stream, devbuf_error *err) {
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_record: event is NULL");
-  CALL(dev, "event_record", event_record, event, stream);
+  DEFAULT_OR_CALL(dev, "event_record", event_record, DEFAULT_EVENT_OP(dev, "event_record"),
+                  event, stream);
   return DEVBUF_OK;
 }
 
 int devbuf_stream_wait_event(const devbuf_device *dev, void *stream, void *event,
                              devbuf_error *err) {
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "stream_wait_event: event is NULL");
-  CALL(dev, "stream_wait_event", stream_wait_event, stream, event);
+  DEFAULT_OR_CALL(dev, "stream_wait_event", stream_wait_event,
+                  DEFAULT_EVENT_OP(dev, "stream_wait_event"), stream, event);
   return DEVBUF_OK;
 }
 
 int devbuf_event_synchronize(const devbuf_device *dev, void *event, devbuf_error *err) {
   if (event == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "event_synchronize: event is NULL");
-  CALL(dev, "event_synchronize", event_synchronize, event);
+  DEFAULT_OR_CALL(dev, "event_synchronize", event_synchronize,
+                  DEFAULT_EVENT_OP(dev, "event_synchronize"), event);
   return DEVBUF_OK;
 }
 
@@ -293,6 +400,9 @@ int devbuf_event_query(const devbuf_device *dev, void *event, devbuf_error *err)
   int rc = check_dev(dev, "event_query", err);
   if (rc) return rc;
   devbuf_backend *b = dev->backend;
+  int d = use_default(dev, (const void *)b->table.event_query, "event_query", err);
+  if (d < 0) return err ? err->code : DEVBUF_ENOTSUP;
+  if (d > 0) return default_handle(dev, &b->events, event, 0, "event_query", "event", err);
   if (err) devbuf_error_clear(err);
   rc = b->table.event_query(b->plugin_state, dev->ordinal, event, err);
   if (rc == DEVBUF_EBUSY || rc == DEVBUF_OK) return rc; /* EBUSY = not yet: not an error */
@@ -321,7 +431,9 @@ int devbuf_copy_h2d(const devbuf_device *dev, void *dst, size_t dst_offset, cons
   if ((dst == NULL || src == NULL) && nbytes)
     return devbuf_error_set(err, DEVBUF_EINVAL, "copy_h2d: NULL %s", dst ? "source" : "destination");
   if ((rc = check_range(dev, "copy_h2d", dst, dst_offset, nbytes, err))) return rc;
-  CALL(dev, "copy_h2d", copy_h2d, dst, dst_offset, src, nbytes, stream);
+  DEFAULT_OR_CALL(dev, "copy_h2d", copy_h2d,
+                  if (nbytes) memcpy((char *)dst + dst_offset, src, nbytes),
+                  dst, dst_offset, src, nbytes, stream);
   return DEVBUF_OK;
 }
 
@@ -332,7 +444,9 @@ int devbuf_copy_d2h(const devbuf_device *dev, void *dst, const void *src, size_t
   if ((dst == NULL || src == NULL) && nbytes)
     return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2h: NULL %s", dst ? "source" : "destination");
   if ((rc = check_range(dev, "copy_d2h", src, src_offset, nbytes, err))) return rc;
-  CALL(dev, "copy_d2h", copy_d2h, dst, src, src_offset, nbytes, stream);
+  DEFAULT_OR_CALL(dev, "copy_d2h", copy_d2h,
+                  if (nbytes) memcpy(dst, (const char *)src + src_offset, nbytes),
+                  dst, src, src_offset, nbytes, stream);
   return DEVBUF_OK;
 }
 
@@ -344,7 +458,10 @@ int devbuf_copy_d2d(const devbuf_device *dev, void *dst, size_t dst_offset, cons
     return devbuf_error_set(err, DEVBUF_EINVAL, "copy_d2d: NULL %s", dst ? "source" : "destination");
   if ((rc = check_range(dev, "copy_d2d", src, src_offset, nbytes, err))) return rc;
   if ((rc = check_range(dev, "copy_d2d", dst, dst_offset, nbytes, err))) return rc;
-  CALL(dev, "copy_d2d", copy_d2d, dst, dst_offset, src, src_offset, nbytes, stream);
+  /* memmove: two ranges of one allocation may overlap. */
+  DEFAULT_OR_CALL(dev, "copy_d2d", copy_d2d,
+                  if (nbytes) memmove((char *)dst + dst_offset, (const char *)src + src_offset, nbytes),
+                  dst, dst_offset, src, src_offset, nbytes, stream);
   return DEVBUF_OK;
 }
 
@@ -398,11 +515,22 @@ int devbuf_device_info_export(const devbuf_device *dev, void *event, void *strea
     if (size) *size = written;
     return DEVBUF_OK;
   }
-  /* Default: the devbuf_device_info layout. */
-  if (capacity < sizeof(devbuf_device_info))
-    return devbuf_error_set(err, DEVBUF_EINVAL, "device_info_export: capacity %zu < %zu", capacity,
-                            sizeof(devbuf_device_info));
+  /* Default: the devbuf_device_info layout, held to what a plugin of its own
+   * must do (docs/plugin-authors.md): the caller's flags checked, and
+   * HOST_ACCESSIBLE set exactly when the device is. */
   size_t written = 0;
+  rc = devbuf_device_info_check_out(out, capacity, &written, flags,
+                                    DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE | DEVBUF_DEVICE_INFO_READONLY,
+                                    "device_info_export", err);
+  if (rc) {
+    if (err) devbuf_error_prefix(err, dev->identifier);
+    return rc;
+  }
+  devbuf_device_props props;
+  rc = devbuf_device_props_get(dev, &props, err);
+  if (rc) return rc;
+  flags &= ~DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
+  if (props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) flags |= DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
   devbuf_device_info_write(out, &written, dev->ordinal, flags, event, stream);
   if (size) *size = written;
   return DEVBUF_OK;
@@ -425,23 +553,37 @@ int devbuf_device_info_import(const char *identifier, const void *info,
     if (err) devbuf_error_clear(err);
     rc = b->table.device_info_import(b->plugin_state, in, info, &d, err);
     if (rc) {
+      char num[48];
       if (err && !err->message[0])
-        snprintf(err->message, sizeof err->message, "device_info rejected (%s)", devbuf_status_name(rc));
-      if (err) devbuf_error_prefix(err, identifier);
+        snprintf(err->message, sizeof err->message, "device_info rejected (%s)",
+                 devbuf__status_text(rc, num, sizeof num));
+      if (!devbuf__status_known(rc)) rc = DEVBUF_EBACKEND;
+      if (err) {
+        err->code = rc;
+        devbuf_error_prefix(err, identifier);
+      }
       return rc;
     }
   } else {
-    const devbuf_device_info *di = info;
-    if (di->struct_size < sizeof *di)
-      return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device_info struct_size %u < %zu", identifier,
-                              di->struct_size, sizeof *di);
-    if (di->version != DEVBUF_DEVICE_INFO_VERSION)
-      return devbuf_error_set(err, DEVBUF_EINVAL, "%s: device_info version %u, expected %d", identifier,
-                              di->version, DEVBUF_DEVICE_INFO_VERSION);
-    d.flags = di->flags;
-    d.device_ordinal = di->device_ordinal;
-    d.event = di->event;
-    d.stream = di->stream;
+    /* The default: the checks devbuf_device_info_read makes for every
+     * devbuf.* plugin (size, version, reserved space, flags, ordinal), then
+     * the handles: an event or stream this plugin never made through the
+     * runtime would be handed to its wait and sync slots. */
+    rc = devbuf_device_info_read(info, DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE |
+                                           DEVBUF_DEVICE_INFO_READONLY,
+                                 &d, "device_info", err);
+    if (rc) {
+      if (err) devbuf_error_prefix(err, identifier);
+      return rc;
+    }
+    if (d.event && !known(b, &b->events, d.event, 0))
+      return devbuf_error_set(err, DEVBUF_EINVAL,
+                              "%s: device_info: event %p is not a live event of plugin '%s'",
+                              identifier, d.event, b->name);
+    if (d.stream && !known(b, &b->streams, d.stream, 0))
+      return devbuf_error_set(err, DEVBUF_EINVAL,
+                              "%s: device_info: stream %p is not a live stream of plugin '%s'",
+                              identifier, d.stream, b->name);
   }
   devbuf_device tmp;
   rc = devbuf_device_open2(in, d.device_ordinal, &tmp, err);

@@ -330,10 +330,15 @@ static int dtype_from_engine(const char *fmt, size_t len, DLDataType *out, int *
      * the same; found by fuzz_dlpack: the mapping could not come back). */
     if (fld && fld->kind == DEVBUF_FIELD_CUSTOM && fld->custom &&
         fld->custom->desc.elements_per_item > 1 && lanes != 1) {
+      /* Named by what the format says: a namespace may leave `canonical` empty. */
+      const devbuf_format_custom *cu = fld->custom;
+      const devbuf_format_alt *a = cu->alts && cu->chosen >= 0 ? &cu->alts[cu->chosen] : NULL;
+      int rc2 = devbuf_error_set(err, DEVBUF_ENOTSUP,
+                                 "dlpack: dtype: packed [%s$%s] with a count is not supported "
+                                 "(DLPack has no lanes of packed sub-byte elements)",
+                                 a && a->id ? a->id : "?", a && a->payload ? a->payload : "");
       devbuf_format_release(&f);
-      return devbuf_error_set(err, DEVBUF_ENOTSUP,
-                              "dlpack: dtype: packed %s with a count is not supported",
-                              fld->custom->desc.canonical);
+      return rc2;
     }
     out->code = code;
     out->bits = bits;

@@ -45,6 +45,10 @@ struct devbuf_backend {
   char count_reason[DEVBUF_ERROR_MESSAGE_SIZE];
 
   devbuf_allocmap allocs;       /* guarded by lock */
+  /* Streams and events created through the runtime (non-NULL handles),
+   * guarded by lock: the default device_info import refuses a handle the
+   * plugin never made, and the synchronous defaults of ABI 1.1 check theirs. */
+  devbuf_allocmap streams, events;
   _Atomic uint64_t live_allocations, live_bytes, total_allocations;
   _Atomic uint64_t live_streams, live_events, live_host_allocations;
 };
@@ -65,6 +69,8 @@ extern devbuf_runtime devbuf__rt;
 char *devbuf__strdup(const char *s);
 char *devbuf__printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int devbuf__printable(const char *s, size_t max);
+int devbuf__status_known(int code);
+const char *devbuf__status_text(int code, char *buf, size_t cap);
 /* loader.c: every DEVBUF_* variable is read through this (secure_getenv:
  * NULL in secure-execution mode). */
 const char *devbuf__getenv(const char *name);

@@ -99,6 +99,11 @@ static const char *slot_names[] = {"device_count", "device_props", "mem_alloc", 
                                    "event_destroy", "event_record", "stream_wait_event",
                                    "event_synchronize", "event_query"};
 
+/* copy_h2d and every slot after it may be NULL from ABI 1.1 on. */
+#define FIRST_DEFAULTED_SLOT 4
+/* stream_create and every slot after it: the handles the defaults make. */
+#define FIRST_STREAM_SLOT 7
+
 static const void *slot_value(const devbuf_plugin_table *t, size_t i) {
   const void *v[] = {(const void *)t->device_count,      (const void *)t->device_props,
                      (const void *)t->mem_alloc,         (const void *)t->mem_free,
@@ -110,6 +115,8 @@ static const void *slot_value(const devbuf_plugin_table *t, size_t i) {
                      (const void *)t->event_synchronize, (const void *)t->event_query};
   return v[i];
 }
+
+static int is_own_plugin(const char *path);
 
 /* Is this plugin allowed to claim the reserved identifier "cpu"? Only devbuf's
  * own cpu plugin, found in devbuf's own plugin directory. */
@@ -184,20 +191,61 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   }
   b->version = devbuf__strdup(t->version);
   b->description = devbuf__strdup(devbuf__printable(t->description, MAX_TEXT) ? t->description : "");
-  for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0]; i++) {
-    if (slot_value(t, i) == NULL) {
+  /* A table with no identifier serves only dtype namespaces (ABI 1.1): it
+   * has no device, so no device slot is asked of it. */
+  int no_ids = t->identifiers == NULL || t->identifiers[0] == NULL;
+  int dtype_only = no_ids && t->dtype_namespaces != NULL && t->abi_minor >= 1;
+  if (no_ids && t->dtype_namespaces != NULL && !dtype_only) {
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s (%s): the table declares no device identifiers (a plugin that only "
+                     "provides dtype namespaces sets dtype_namespaces and ABI minor >= 1; this "
+                     "one was built for ABI %u.%u)", path, b->name, t->abi_major, t->abi_minor);
+    goto fail;
+  }
+  for (size_t i = 0; i < sizeof slot_names / sizeof slot_names[0] && !dtype_only; i++) {
+    /* From ABI 1.1, the copy, stream and event slots may be NULL: the
+     * runtime then runs synchronous defaults, for host-accessible devices
+     * only (checked at the call). A 1.0 table is held to 1.0's rules. */
+    if (slot_value(t, i) == NULL && !(t->abi_minor >= 1 && i >= FIRST_DEFAULTED_SLOT)) {
       rc = fail_record(b, DEVBUF_EABI, index, err,
-                       "%s (%s): mandatory slot '%s' is NULL", path, b->name, slot_names[i]);
+                       "%s (%s): mandatory slot '%s' is NULL%s", path, b->name, slot_names[i],
+                       i >= FIRST_DEFAULTED_SLOT
+                           ? " (a plugin built for ABI 1.1 or later may leave it NULL when its "
+                             "device is host-accessible)"
+                           : "");
       goto fail;
     }
   }
-  if (t->identifiers == NULL || t->identifiers[0] == NULL) {
+  /* The defaults' stream and event handles mean nothing to a plugin's own
+   * slots, nor theirs to the defaults: those nine are NULL together or set
+   * together. */
+  if (!dtype_only) {
+    size_t first_null = 0, first_set = 0, nulls = 0, nstream = 0;
+    for (size_t i = FIRST_STREAM_SLOT; i < sizeof slot_names / sizeof slot_names[0]; i++, nstream++) {
+      if (slot_value(t, i) == NULL) {
+        if (nulls++ == 0) first_null = i;
+      } else if (first_set == 0) {
+        first_set = i;
+      }
+    }
+    if (nulls != 0 && nulls != nstream) {
+      rc = fail_record(b, DEVBUF_EABI, index, err,
+                       "%s (%s): slot '%s' is NULL but '%s' is not: the stream and event slots "
+                       "(stream_create to event_query) are all set, or all NULL for the "
+                       "runtime's synchronous defaults", path, b->name, slot_names[first_null],
+                       slot_names[first_set]);
+      goto fail;
+    }
+  }
+  if (!dtype_only && (t->identifiers == NULL || t->identifiers[0] == NULL)) {
     rc = fail_record(b, DEVBUF_EABI, index, err,
-                     "%s (%s): the table declares no device identifiers", path, b->name);
+                     "%s (%s): the table declares no device identifiers (a plugin that only "
+                     "provides dtype namespaces sets dtype_namespaces and ABI minor >= 1)",
+                     path, b->name);
     goto fail;
   }
   size_t nids = 0;
-  for (; t->identifiers[nids] != NULL; nids++) {
+  for (; !dtype_only && t->identifiers[nids] != NULL; nids++) {
     devbuf_error e;
     if (nids >= 64) {
       rc = fail_record(b, DEVBUF_EABI, index, err,
@@ -239,8 +287,10 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
     devbuf_error_clear(&e);
     int irc = t->init(&b->plugin_state, &e);
     if (irc != DEVBUF_OK) {
+      char num[48];
       rc = fail_record(b, DEVBUF_EINIT, index, err, "%s (%s): init failed: %s: %s", path,
-                       b->name, devbuf_status_name(irc), e.message[0] ? e.message : "(no message)");
+                       b->name, devbuf__status_text(irc, num, sizeof num),
+                       e.message[0] ? e.message : "(no message)");
       goto fail;
     }
   }
@@ -278,16 +328,34 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
       /* The owner is a published record: duplicates within this table were
        * refused above, so it is never this one. */
       const devbuf_backend *o = owner < n ? devbuf__rt.backends[owner] : NULL;
+      int reserved = strncmp(t->identifiers[bad], "devbuf.", 7) == 0 && o && is_own_plugin(o->path);
       rc = fail_record(b, DEVBUF_EEXIST, index, err,
-                       "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s",
+                       "%s (%s): identifier '%s' is already implemented by plugin '%s' from %s%s",
                        path, b->name, t->identifiers[bad], o && o->name ? o->name : "?",
-                       o ? o->path : "?");
+                       o ? o->path : "?",
+                       reserved ? " (devbuf.* identifiers belong to devbuf's own plugins, which "
+                                  "load first; name yours after your own package)"
+                                : "");
     } else {
       rc = fail_record(b, DEVBUF_ENOMEM, index, err,
                        "%s (%s): cannot intern identifier '%s' (registry full)", path, b->name,
                        t->identifiers[bad]);
     }
     goto fail;
+  }
+  /* Serving a devbuf.* identifier from outside devbuf's own directory is
+   * possible only where devbuf's own plugin is absent (not built, or
+   * DEVBUF_NO_DEFAULT_PLUGINS): never silently. */
+  for (size_t i = 0; i < nids && !is_own_plugin(path); i++) {
+    if (strncmp(ids[i], "devbuf.", 7) != 0) continue;
+    char *remark = devbuf__printf("%s%sserves '%s', an identifier reserved for devbuf's own "
+                                  "plugins (none of them provides it in this process)",
+                                  b->reason, b->reason[0] ? "; " : "", ids[i]);
+    if (remark) {
+      free(b->reason);
+      b->reason = remark;
+    }
+    break;
   }
   free(b->identifiers);
   b->identifiers = ids;
@@ -467,10 +535,21 @@ static int library_dir(char *out, size_t cap) {
   return 1;
 }
 
+/* devbuf's own plugin directory (realpath), once discovery has found it. */
+static char g_own_dir[PATH_MAX];
+
+/* Is `path` a file in devbuf's own plugin directory? */
+static int is_own_plugin(const char *path) {
+  const char *slash = strrchr(path, '/');
+  size_t n = slash ? (size_t)(slash - path) : 0;
+  return g_own_dir[0] != '\0' && n == strlen(g_own_dir) && strncmp(path, g_own_dir, n) == 0;
+}
+
 void devbuf__discover(void) {
   split_env("DEVBUF_PLUGINS", "DEVBUF_PLUGINS", 1);
   split_env("DEVBUF_PLUGIN_PATH", "DEVBUF_PLUGIN_PATH", 0);
   const char *nodef = devbuf__getenv("DEVBUF_NO_DEFAULT_PLUGINS");
+  size_t own = (size_t)-1;
   if (!(nodef && nodef[0] && strcmp(nodef, "0") != 0)) {
     char libdir[PATH_MAX];
     if (library_dir(libdir, sizeof libdir)) {
@@ -478,12 +557,25 @@ void devbuf__discover(void) {
       int in_build = realpath(DEVBUF_BUILD_LIB_DIR, build_real) != NULL &&
                      strcmp(build_real, libdir) == 0;
       char *dir = devbuf__printf("%s/%s", libdir, DEVBUF_PLUGIN_INSTALL_REL);
-      if (dir) add_search(dir, in_build ? "build tree" : "install", 0);
+      if (dir) {
+        own = devbuf__rt.nsearch;
+        add_search(dir, in_build ? "build tree" : "install", 0);
+        if (own == devbuf__rt.nsearch || realpath(dir, g_own_dir) == NULL) {
+          own = (size_t)-1;
+          g_own_dir[0] = '\0'; /* realpath leaves it undefined on failure */
+        }
+      }
       free(dir);
     }
   }
+  /* devbuf's own directory loads first: its plugins own the devbuf.*
+   * identifiers (and cpu), so a third-party plugin claiming one of them is
+   * the one refused, with both files named, whatever the search order. The
+   * search path keeps its documented order for listings. */
+  if (own != (size_t)-1 && devbuf__rt.search[own].exists) load_dir(&devbuf__rt.search[own]);
   for (size_t i = 0; i < devbuf__rt.nsearch; i++) {
     const devbuf_search_entry *e = &devbuf__rt.search[i];
+    if (i == own) continue;
     if (e->is_file) /* even a missing file: its record says so */
       devbuf__load_file(e->path, e->source, NULL, NULL);
     else if (e->exists)

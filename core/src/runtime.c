@@ -1,6 +1,7 @@
 /* The runtime: one-time initialisation, plugin records, device resolution. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -8,7 +9,39 @@ devbuf_runtime devbuf__rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void init_once(void) { devbuf__discover(); }
+/* The process whose exit runs the plugins' shutdown: a forked child has
+ * copies of the plugins' state but not their threads, and must leave the
+ * parent's OS-wide resources (shm names, files) alone. */
+static pid_t g_exit_pid;
+
+/* At exit, every loaded plugin's `shutdown` runs once, in the reverse of
+ * load order, after which the runtime never calls it again (its records
+ * read "unregistered"; calls through them fail with DEVBUF_ENODEV). What a
+ * program leaked (memory, streams, events) may still be live: shutdown
+ * releases what it must and must not expect those to be freed first.
+ * Registered with atexit() after discovery, so it runs before the
+ * destructors of every shared object, plugins included (docs/plugin-authors.md). */
+static void exit_shutdown(void) {
+  if (getpid() != g_exit_pid) return;
+  for (size_t i = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire); i-- > 0;) {
+    devbuf_backend *b = devbuf__rt.backends[i];
+    pthread_mutex_lock(&devbuf__rt.lock);
+    int live = b->state == DEVBUF_PLUGIN_LOADED;
+    if (live) {
+      devbuf__ident_release_backend(i);
+      b->state = DEVBUF_PLUGIN_UNREGISTERED;
+    }
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    if (live && b->table.shutdown) b->table.shutdown(b->plugin_state);
+    if (live) b->plugin_state = NULL;
+  }
+}
+
+static void init_once(void) {
+  devbuf__discover();
+  g_exit_pid = getpid();
+  atexit(exit_shutdown); /* fails only without memory: then no shutdown at exit */
+}
 
 int devbuf_init(devbuf_error *err) {
   (void)err;
@@ -117,15 +150,36 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
   if (b->state != DEVBUF_PLUGIN_LOADED)
     return devbuf_error_set(err, DEVBUF_ENODEV, "plugin %s is not loaded: %s",
                             b->name ? b->name : b->path, b->reason);
+  if (b->table.device_count == NULL)
+    return devbuf_error_set(err, DEVBUF_ENODEV,
+                            "plugin %s provides dtype namespaces only: it has no devices",
+                            b->name ? b->name : b->path);
   pthread_mutex_lock(&b->lock);
   if (!b->count_probed) {
     devbuf_error e;
     devbuf_error_clear(&e);
     int n = 0;
     int rc = b->table.device_count(b->plugin_state, &n, &e);
-    if (rc == DEVBUF_OK && n <= 0) {
+    /* Name what the plugin answered: "0 devices" or "DEVBUF_E?" would hide
+     * a broken plugin behind a missing device (issue 22). */
+    if (rc == DEVBUF_OK && n < 0) {
+      rc = DEVBUF_EABI;
+      snprintf(e.message, sizeof e.message,
+               "plugin '%s': device_count returned DEVBUF_OK with *count = %d (a count must be "
+               ">= 0; with no device return DEVBUF_ENODEV and the reason)",
+               b->name ? b->name : "?", n);
+    } else if (rc == DEVBUF_OK && n == 0) {
       rc = DEVBUF_ENODEV;
-      if (!e.message[0]) snprintf(e.message, sizeof e.message, "the plugin reports 0 devices");
+      if (!e.message[0])
+        snprintf(e.message, sizeof e.message,
+                 "the plugin reports 0 devices and gives no reason (device_count should return "
+                 "DEVBUF_ENODEV with one)");
+    } else if (rc != DEVBUF_OK && !devbuf__status_known(rc)) {
+      char m[DEVBUF_ERROR_MESSAGE_SIZE];
+      snprintf(m, sizeof m,
+               "plugin '%s': device_count returned %d, which is not a devbuf_status%s%s",
+               b->name ? b->name : "?", rc, e.message[0] ? ": " : "", e.message);
+      snprintf(e.message, sizeof e.message, "%s", m);
     }
     /* Checked, not trusted (issue 20): INT_MAX devices made callers loop
      * 2^31 times. */
@@ -135,11 +189,8 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
                "plugin '%s' reports %d devices, more than devbuf's limit of %d (a broken answer)",
                b->name ? b->name : "?", n, DEVBUF_MAX_DEVICES_PER_PLUGIN);
     }
-    if (rc != DEVBUF_OK && !e.message[0])
-      snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
-               devbuf_status_name(rc));
     /* A negative code breaks the plugin contract: keep statuses positive. */
-    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (rc < 0 ? DEVBUF_EBACKEND : rc);
+    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (devbuf__status_known(rc) ? rc : DEVBUF_EBACKEND);
     b->count = rc == DEVBUF_OK ? n : 0;
     snprintf(b->count_reason, sizeof b->count_reason, "%s", rc == DEVBUF_OK ? "" : e.message);
     b->count_probed = 1;

@@ -40,6 +40,7 @@ import threading
 
 from devbuf.plugin import (
     DEVICE_INFO_HOST_ACCESSIBLE,
+    DEVICE_INFO_READONLY,
     DL_CPU,
     InvalidArgument,
     NoDevice,
@@ -245,6 +246,9 @@ class MmapDevice(PythonPlugin):
             raise ValueError(f"device_info version {version}, expected {DEVICE_INFO_VERSION}")
         if reserved0 or any(reserved):
             raise ValueError("device_info reserved fields are not zero")
+        if flags & ~(DEVICE_INFO_HOST_ACCESSIBLE | DEVICE_INFO_READONLY):
+            raise ValueError(f"device_info flags 0x{flags:x}: unknown bits "
+                             f"0x{flags & ~(DEVICE_INFO_HOST_ACCESSIBLE | DEVICE_INFO_READONLY):x}")
         if not 0 <= ordinal < self._devices:
             raise ValueError(f"device_ordinal {ordinal} out of range (0..{self._devices - 1})")
         if event and self._events.get(event) != ordinal:

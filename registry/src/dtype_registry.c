@@ -506,7 +506,8 @@ DEVBUF_API int devbuf_dtype_lookup(const char *id, size_t len, const devbuf_dtyp
                             "dtype_lookup: '%.*s' is not registered (it is defined by the '%s' "
                             "package; load a devbuf plugin or register a namespace for it)",
                             (int)(len > 64 ? 64 : len), id, prov);
-  return devbuf_error_set(err, DEVBUF_ENOTFOUND, "dtype_lookup: '%.*s' is not a known dtype id",
+  return devbuf_error_set(err, DEVBUF_ENOTFOUND,
+                          "dtype_lookup: '%.*s' is not a known dtype id (" DEVBUF_DTYPE_PROVIDE_HINT ")",
                           (int)(len > 64 ? 64 : len), id);
 }
 

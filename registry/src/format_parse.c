@@ -430,6 +430,7 @@ static void why_add(char *why, size_t cap, const char *fmt, ...) {
 static void expand_unknown(const fp *p, size_t open, char *why, size_t cap) {
   char out[DEVBUF_ERROR_MESSAGE_SIZE];
   size_t o = 0;
+  int unknown = 0;
   for (const char *w = why; *w != '\0' && o + 1 < sizeof out; w++) {
     if (*w != '\x01') {
       out[o++] = *w;
@@ -455,8 +456,15 @@ static void expand_unknown(const fp *p, size_t open, char *why, size_t cap) {
                    idl, p->s + ids, prov);
     else
       n = snprintf(out + o, sizeof out - o, "'%.*s' is not a known dtype id", idl, p->s + ids);
+    unknown |= prov == NULL;
     if (n < 0) break;
     o += (size_t)n;
+    if (o >= sizeof out) o = sizeof out - 1;
+  }
+  /* Once, after every alternative: how a namespace comes to be known. */
+  if (unknown && o + 1 < sizeof out) {
+    int n = snprintf(out + o, sizeof out - o, " (%s)", DEVBUF_DTYPE_PROVIDE_HINT);
+    if (n > 0) o += (size_t)n;
     if (o >= sizeof out) o = sizeof out - 1;
   }
   out[o] = '\0';
@@ -1632,6 +1640,17 @@ DEVBUF_API int devbuf_format_to_dlpack(const devbuf_format *f, uint8_t *code, ui
     if (cu == NULL || cu->chosen < 0 || cu->is_complex || cu->desc.dlpack_code < 0)
       return devbuf_error_set(err, DEVBUF_ENOTSUP,
                               "format_to_dlpack: the custom dtype has no DLPack code");
+    /* DLPack has no lanes of packed sub-byte elements: (4)[mypkg$int4x2]
+     * would read as 4 lanes of 4 bits (2 bytes) for a 4-byte item. The
+     * buffer export refuses the same (issue 22). */
+    if (cu->desc.elements_per_item > 1 && m != 1) {
+      const devbuf_format_alt *a = cu->alts ? &cu->alts[cu->chosen] : NULL;
+      return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                              "format_to_dlpack: packed [%s$%s] (%u elements per item) with a "
+                              "count of %llu is not supported: DLPack has no lanes of packed "
+                              "elements", a && a->id ? a->id : "?", a && a->payload ? a->payload : "",
+                              (unsigned)cu->desc.elements_per_item, (unsigned long long)m);
+    }
     c = cu->desc.dlpack_code;
     bt = cu->desc.dlpack_bits;
   } else if (x->kind == DEVBUF_FIELD_SCALAR) {

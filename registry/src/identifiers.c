@@ -94,16 +94,53 @@ int devbuf_identifier_check(const char *identifier, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
+static size_t count_failed(void) {
+  size_t n = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire), k = 0;
+  for (size_t i = 0; i < n; i++) k += devbuf__rt.backends[i]->state == DEVBUF_PLUGIN_FAILED;
+  return k;
+}
+
+/* The failed plugin most likely meant to implement `identifier`: one whose
+ * reason names it, else one whose file is devbuf_plugin_<last part>.so, else
+ * the first that failed. NULL when none failed. */
+static const devbuf_backend *failed_candidate(const char *identifier) {
+  size_t n = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire);
+  const devbuf_backend *first = NULL, *by_file = NULL;
+  char quoted[DEVBUF_IDENTIFIER_MAX + 3], file[DEVBUF_IDENTIFIER_MAX + 32];
+  const char *dot = strrchr(identifier, '.');
+  snprintf(quoted, sizeof quoted, "'%s'", identifier);
+  snprintf(file, sizeof file, "/devbuf_plugin_%s.so", dot ? dot + 1 : identifier);
+  for (size_t i = 0; i < n; i++) {
+    const devbuf_backend *b = devbuf__rt.backends[i];
+    if (b->state != DEVBUF_PLUGIN_FAILED || b->reason == NULL) continue;
+    if (strstr(b->reason, quoted) != NULL) return b;
+    size_t lp = strlen(b->path), lf = strlen(file);
+    if (by_file == NULL && lp >= lf && strcmp(b->path + lp - lf, file) == 0) by_file = b;
+    if (first == NULL) first = b;
+  }
+  return by_file ? by_file : first;
+}
+
 int devbuf_identifier_lookup(const char *identifier, const char **interned,
                              size_t *plugin_index, devbuf_error *err) {
   int rc = devbuf_init(err);
   if (rc) return rc;
   rc = devbuf_identifier_check(identifier, err);
   if (rc) return rc;
-  if (devbuf__ident_find(identifier, interned, plugin_index) != DEVBUF_OK)
+  if (devbuf__ident_find(identifier, interned, plugin_index) != DEVBUF_OK) {
+    /* A plugin that failed to load is the likely reason: say which and why,
+     * rather than leave the caller to find it in a listing (issue 22). */
+    const devbuf_backend *why = failed_candidate(identifier);
+    size_t nfailed = count_failed();
+    if (why != NULL)
+      return devbuf_error_set(err, DEVBUF_ENOTFOUND,
+                              "no plugin implements device identifier '%s'; %zu plugin%s failed "
+                              "to load, e.g. %s: %s (devbuf-info lists them all)",
+                              identifier, nfailed, nfailed == 1 ? "" : "s", why->path, why->reason);
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
                             "no plugin implements device identifier '%s' (devbuf-info lists "
                             "the registered ones and why a plugin did not load)", identifier);
+  }
   return DEVBUF_OK;
 }
 

@@ -147,6 +147,7 @@ DEVBUF_PLUGIN_EXPORT const devbuf_plugin_table *devbuf_plugin_entry(void) {
 #else
 #if BROKEN_KIND == K_WRONG_MAJOR
   table.t.abi_major = DEVBUF_ABI_MAJOR + 1;
+  table.t.abi_minor = 0; /* a plugin of the next major's first release */
 #elif BROKEN_KIND == K_MINOR_NEWER
   table.t.abi_minor = DEVBUF_ABI_MINOR + 7;
 #elif BROKEN_KIND == K_SIZE_ZERO

@@ -35,6 +35,9 @@ typedef struct ctx {
   int count;            /* devices of the identifier */
   size_t plugin;        /* plugin index */
   int addresses;        /* device pointers are addresses (alignment is checkable) */
+  int common_layout;    /* device_info is devbuf_device_info: a devbuf.* identifier, or
+                           the runtime's default path (both device_info slots NULL) */
+  int default_info;     /* the runtime's default device_info path */
   devbuf_error err;     /* scratch for calls */
   char why[1024];       /* reason of a FAIL or SKIP */
   /* tracked resources of the running check */
@@ -537,9 +540,9 @@ static int check_device_info_roundtrip(ctx *c) {
   memset(blob, 0, sizeof blob);
   OK(devbuf_device_info_export(&c->dev, e, s, 0, blob, sizeof blob, &size, &c->err));
   REQUIRE(size > 0 && size <= sizeof blob, "export wrote %zu bytes", size);
-  if (strncmp(c->dev.identifier, "devbuf.", 7) == 0) {
+  if (c->common_layout) {
     devbuf_device_info di;
-    REQUIRE(size >= sizeof di, "devbuf.* device_info of %zu bytes < %zu", size, sizeof di);
+    REQUIRE(size >= sizeof di, "devbuf_device_info of %zu bytes < %zu", size, sizeof di);
     memcpy(&di, blob, sizeof di);
     REQUIRE(di.struct_size == size && di.version == DEVBUF_DEVICE_INFO_VERSION,
             "header: struct_size %u version %u", di.struct_size, di.version);
@@ -593,28 +596,43 @@ static int check_device_info_invalid(ctx *c) {
   REQUIRE_FAILS(devbuf_device_info_export(&c->dev, NULL, NULL, 0, bad, 4, &size, &c->err),
                 DEVBUF_EINVAL);
   for (size_t i = 4; i < sizeof bad; i++) REQUIRE(bad[i] == 0x5A, "export wrote byte %zu past capacity 4", i);
-  if (strncmp(c->dev.identifier, "devbuf.", 7) != 0)
-    return result(c, PASS, "layout-specific mutations skipped: %s is not a devbuf.* identifier",
+  if (!c->common_layout)
+    return result(c, PASS, "layout-specific mutations skipped: %s has its own device_info "
+                  "layout (not devbuf.*, and the plugin implements device_info_export)",
                   c->dev.identifier);
+  /* Readable memory the plugin never handed out: an import that trusts the
+   * handle would wait on it; one that dereferences it does not crash. */
+  static unsigned char never_made[64];
   /* The devbuf_device_info layout: each corruption must be refused. */
   struct {
     const char *what;
     size_t off;
     int64_t value;
     int width;
+    int default_only; /* a promise of the runtime's default path; a plugin's own import
+                         may accept handles made elsewhere (OpenCL's cl_event) */
   } muts[] = {
-      {"struct_size 0", offsetof(devbuf_device_info, struct_size), 0, 4},
-      {"struct_size 8", offsetof(devbuf_device_info, struct_size), 8, 4},
-      {"version 0", offsetof(devbuf_device_info, version), 0, 2},
-      {"version 99", offsetof(devbuf_device_info, version), 99, 2},
-      {"reserved0 1", offsetof(devbuf_device_info, reserved0), 1, 2},
-      {"device_ordinal -1", offsetof(devbuf_device_info, device_ordinal), -1, 4},
-      {"device_ordinal = count", offsetof(devbuf_device_info, device_ordinal), c->count, 4},
-      {"device_ordinal 1<<30", offsetof(devbuf_device_info, device_ordinal), 1 << 30, 4},
-      {"reserved[0] 1", offsetof(devbuf_device_info, reserved), 1, 8},
-      {"reserved[5] nonzero", offsetof(devbuf_device_info, reserved) + 5 * 8, 0x100000000LL, 8},
+      {"struct_size 0", offsetof(devbuf_device_info, struct_size), 0, 4, 0},
+      {"struct_size 8", offsetof(devbuf_device_info, struct_size), 8, 4, 0},
+      {"version 0", offsetof(devbuf_device_info, version), 0, 2, 0},
+      {"version 99", offsetof(devbuf_device_info, version), 99, 2, 0},
+      {"reserved0 1", offsetof(devbuf_device_info, reserved0), 1, 2, 0},
+      {"device_ordinal -1", offsetof(devbuf_device_info, device_ordinal), -1, 4, 0},
+      {"device_ordinal = count", offsetof(devbuf_device_info, device_ordinal), c->count, 4, 0},
+      {"device_ordinal 1<<30", offsetof(devbuf_device_info, device_ordinal), 1 << 30, 4, 0},
+      {"reserved[0] 1", offsetof(devbuf_device_info, reserved), 1, 8, 0},
+      {"reserved[5] nonzero", offsetof(devbuf_device_info, reserved) + 5 * 8, 0x100000000LL, 8, 0},
+      {"unknown flag 0x80", offsetof(devbuf_device_info, flags), 0x80, 4, 0},
+      {"unknown flag 0x80000000", offsetof(devbuf_device_info, flags), (int32_t)0x80000000u, 4, 0},
+      {"an event the plugin never made", offsetof(devbuf_device_info, event),
+       (int64_t)(intptr_t)never_made, 8, 1},
+      {"a stream the plugin never made", offsetof(devbuf_device_info, stream),
+       (int64_t)(intptr_t)(never_made + 32), 8, 1},
   };
+  size_t tried = 0;
   for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
+    if (muts[i].default_only && !c->default_info) continue;
+    tried++;
     memcpy(bad, good, sizeof bad);
     if (muts[i].width == 2) {
       uint16_t v = (uint16_t)muts[i].value;
@@ -635,7 +653,7 @@ static int check_device_info_invalid(ctx *c) {
   uint32_t bigger = (uint32_t)sizeof(devbuf_device_info) + 64;
   memcpy(bad, &bigger, 4);
   OK(devbuf_device_info_import(c->dev.identifier, bad, &desc, &dev2, &c->err));
-  return result(c, PASS, "%zu corruptions refused", sizeof muts / sizeof muts[0]);
+  return result(c, PASS, "%zu corruptions refused", tried);
 }
 
 static int check_error_bad_ordinal(ctx *c) {
@@ -989,6 +1007,15 @@ int main(int argc, char **argv) {
   c->addresses = (c->props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) ||
                  (dl != -1 && dl != DEVBUF_DL_OPENCL && dl != DEVBUF_DL_VULKAN &&
                   dl != DEVBUF_DL_METAL);
+  /* Every plugin whose device_info is the common layout is held to all of
+   * its checks, whatever its identifier (issue 22). */
+  devbuf_plugin_info pinfo;
+  memset(&pinfo, 0, sizeof pinfo);
+  pinfo.struct_size = sizeof pinfo;
+  c->default_info = devbuf_plugin_info_get(c->plugin, &pinfo, NULL) == DEVBUF_OK &&
+                    pinfo.table != NULL && pinfo.table->device_info_export == NULL &&
+                    pinfo.table->device_info_import == NULL;
+  c->common_layout = c->default_info || strncmp(c->dev.identifier, "devbuf.", 7) == 0;
   printf("# device %s:%d: %s (%s)\n", c->dev.identifier, c->dev.ordinal, c->props.name,
          c->props.vendor);
   devbuf_plugin_stats(c->plugin, &g_start_stats, NULL);

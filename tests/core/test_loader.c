@@ -95,7 +95,7 @@ typedef struct { const char *kind; int code; const char *needle; } broken_case;
 static void test_broken_corpus(void) {
   static const broken_case cases[] = {
       {"no_entry", DEVBUF_ELOAD, "no entry symbol 'devbuf_plugin_entry'"},
-      {"wrong_major", DEVBUF_EABI, "built for devbuf plugin ABI 2.0, this runtime speaks ABI 1.0"},
+      {"wrong_major", DEVBUF_EABI, "built for devbuf plugin ABI 2.0, this runtime speaks ABI 1.1"},
       {"size_zero", DEVBUF_EABI, "struct_size 0 is too small"},
       {"size_short", DEVBUF_EABI, "short table"},
       {"null_slot", DEVBUF_EABI, "mandatory slot 'mem_alloc' is NULL"},

@@ -245,7 +245,7 @@ static void test_dtype_from_format(void) {
   for (size_t i = 0; i < sizeof packed_counted / sizeof packed_counted[0]; i++) {
     rc = devbuf_dlpack_dtype_from_format(packed_counted[i], (size_t)-1, &dt, NULL, &err);
     CHECK(rc == DEVBUF_ENOTSUP, "'%s' rc %d", packed_counted[i], rc);
-    CHECK_HAS(err.message, "with a count is not supported");
+    CHECK_HAS(err.message, "with a count");
   }
   CHECK_OK(devbuf_dlpack_dtype_from_format("[devbuf$float4_e2m1fn_x4]", (size_t)-1, &dt, NULL, &err), &err);
   CHECK(dt.code == 17 && dt.bits == 4 && dt.lanes == 1, "x4 -> code %u bits %u lanes %u",

@@ -241,11 +241,15 @@ static const vec VECS[] = {
        "format: byte 0: no alternative of the custom dtype is understood: 'torch' is not registered "
        "(it is defined by the 'torch' package; load a devbuf plugin or register a namespace for it)"),
     ER("[foo$x]", D, NF, 0,
-       "format: byte 0: no alternative of the custom dtype is understood: 'foo' is not a known dtype id"),
+       "format: byte 0: no alternative of the custom dtype is understood: 'foo' is not a known dtype id "
+       "(a namespace is provided by a plugin's dtype_namespaces (a plugin may provide only those), "
+       "devbuf_dtype_register() in C, or devbuf.register_dtype_namespace() in Python)"),
     ER("[foo$x;arrow.ext$y]", D, NF, 0,
        "format: byte 0: no alternative of the custom dtype is understood: 'foo' is not a known dtype "
        "id; 'arrow.ext' is not registered (it is defined by the 'pyarrow' package; load a devbuf "
-       "plugin or register a namespace for it)"),
+       "plugin or register a namespace for it) (a namespace is provided by a plugin's "
+       "dtype_namespaces (a plugin may provide only those), devbuf_dtype_register() in C, or "
+       "devbuf.register_dtype_namespace() in Python)"),
     /* ---- the custom-dtype grammar ------------------------------------------------------------- */
     ER("[]", D, EF, 1, "format: byte 1: empty custom dtype '[]': expected id$payload"),
     ER("[a]", D, EF, 2, "format: byte 2: expected '$' after the dtype id 'a'"),

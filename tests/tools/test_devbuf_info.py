@@ -182,6 +182,19 @@ def case_isolate_crash():
     check(lst.returncode == 1 and "crashed: SIGSEGV" in lst.stdout, "-l names SIGSEGV", lst.both)
 
 
+def case_inprocess_crash():
+    """A plugin that crashes in this process (here its probe, with
+    --in-process; without it, its entry symbol or init) leaves a message that
+    says what happened and what to try, even with stdout redirected."""
+    # Only this plugin: PoCL's LLVM (in the OpenCL plugin) installs a SIGSEGV
+    # handler that returns, which lets a raise()d signal pass.
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("crash_probe"))
+    p = run(["--in-process"], env)
+    check(p.returncode < 0 or p.returncode > 128, "dies of the signal (got %d)" % p.returncode, p.both)
+    check("devbuf-info: a plugin crashed" in p.stderr and "Run without --in-process" in p.stderr,
+          "stderr says a plugin crashed and what to try", p.both)
+
+
 def case_isolate_hang():
     env = {"DEVBUF_PLUGINS": broken("hang_probe")}
     p = run(["--isolate", "--timeout", "1"], env, timeout=20)
@@ -478,6 +491,32 @@ def case_inprocess_hang():
                       (["--in-process", "--isolate"], "cannot be combined")):
         b = run(argv, env)
         check(b.returncode == 2 and msg in b.stderr, "%s: usage error" % argv, b.both)
+
+
+def case_ext_functions():
+    """-v and --json show a malformed extension function as invalid with the
+    reason, as Python does, and a struct_size that cuts the extension-function
+    fields off is noted rather than making them vanish (issue 22)."""
+    d = os.path.dirname(args.chatty)
+    bad, cut = (os.path.join(d, "devbuf_plugin_%s.so" % n) for n in ("ext_bad", "ext_cut"))
+    env = dict(EMPTY, DEVBUF_PLUGINS=bad + ":" + cut)
+    p, doc = run_json([], env)
+    validate(doc)
+    by = {pl["name"]: pl for pl in doc["plugins"]}
+    ex = {e["name"]: e for e in by["ext_bad"]["ext_functions"]}
+    check(ex["answer"]["valid"] is True and ex["answer"]["reason"] is None, "valid entry", p.stdout)
+    check(ex["bad_letter"]["valid"] is False and "'x' is not an argument type" in ex["bad_letter"]["reason"],
+          "malformed signature marked invalid with the byte", p.stdout)
+    check(ex["star_e"]["valid"] is False and "'e' cannot be an out-parameter" in ex["star_e"]["reason"],
+          "*e marked invalid", p.stdout)
+    check(by["ext_bad"]["table_cut_at"] is None, "full table: nothing cut", p.stdout)
+    check(by["ext_cut"]["ext_functions"] == [] and by["ext_cut"]["table_cut_at"] == "ext_functions",
+          "cut table named", p.stdout)
+    v = run(["-v"], env)
+    t = squash(v.stdout)
+    check(squash("invalid ext function: #1: 'bad_letter': signature 'i(x)'") in t, "-v: invalid entry", v.stdout)
+    check(squash("table: struct_size") in t and squash("ends before 'ext_functions'") in t,
+          "-v: cut table noted", v.stdout)
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

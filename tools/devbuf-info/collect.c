@@ -468,6 +468,12 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
     d->provider = INFO_STR(ns->provider);
     d->description = INFO_STR(ns->description);
     d->source = INFO_STR(source);
+    /* The plugin's file, so that a dtype owner's plugin (which may offer
+     * nothing else) is found where it is. */
+    for (size_t q = 0; source && q < m->nplugins && d->file == NULL; q++)
+      if (m->plugins[q].pi.state == DEVBUF_PLUGIN_LOADED && m->plugins[q].pi.name &&
+          strcmp(m->plugins[q].pi.name, source) == 0)
+        d->file = m->plugins[q].pi.path;
   }
 #else
   /* Without the format engine, the namespaces that loaded plugins offer. */
@@ -487,6 +493,7 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
       d->provider = INFO_STR(ns->provider);
       d->description = INFO_STR(ns->description);
       d->source = INFO_STR(m->plugins[i].pi.name);
+      d->file = m->plugins[i].pi.path;
     }
   }
 #endif
@@ -501,4 +508,23 @@ void info_model_free(info_model *m) {
   free(m->ident_plugin);
   free(m->dtypes);
   memset(m, 0, sizeof *m);
+}
+
+const char *info_table_cut(const devbuf_plugin_table *t) {
+  static const struct {
+    const char *name;
+    size_t end;
+  } fields[] = {
+      {"device_info_export", offsetof(devbuf_plugin_table, device_info_export) + sizeof(void *)},
+      {"device_info_import", offsetof(devbuf_plugin_table, device_info_import) + sizeof(void *)},
+      {"dtype_namespaces", offsetof(devbuf_plugin_table, dtype_namespaces) + sizeof(void *)},
+      {"host_alloc", offsetof(devbuf_plugin_table, host_alloc) + sizeof(void *)},
+      {"host_free", offsetof(devbuf_plugin_table, host_free) + sizeof(void *)},
+      {"ext_functions", offsetof(devbuf_plugin_table, ext_functions) + sizeof(void *)},
+      {"ext_function_count", offsetof(devbuf_plugin_table, ext_function_count) + sizeof(size_t)},
+  };
+  if (t == NULL) return NULL;
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (t->struct_size < fields[i].end) return fields[i].name;
+  return NULL;
 }

@@ -64,6 +64,7 @@ typedef struct info_env {
 
 typedef struct info_dtype {
   const char *id, *provider, *description, *source;
+  const char *file; /* the offering plugin's path, or NULL */
 } info_dtype;
 
 typedef struct info_options {
@@ -132,5 +133,10 @@ void info_json_string(FILE *out, const char *s);
 /* format_cmd.c */
 int info_format_command(FILE *out, FILE *errout, const char *fmt, const char *mode,
                         const info_options *o);
+
+/* The first optional table field that the plugin's struct_size cuts off
+ * (reads as NULL), or NULL when its table holds every field this devbuf-info
+ * knows. */
+const char *info_table_cut(const devbuf_plugin_table *t);
 
 #endif /* DEVBUF_INFO_H */

@@ -134,10 +134,16 @@ static void print_plugin(FILE *out, const info_model *m, const info_plugin *p) {
     if (k) fputs(", ", out);
     fputc('{', out);
     kv_str(out, "name", t->ext_functions[k].name, 1);
-    kv_str(out, "signature", t->ext_functions[k].signature, 0);
+    kv_str(out, "signature", t->ext_functions[k].signature, 1);
+    devbuf_error e;
+    int ok = devbuf_ext_function_check(&t->ext_functions[k], &e) == DEVBUF_OK;
+    fprintf(out, "\"valid\": %s, ", ok ? "true" : "false");
+    kv_str(out, "reason", ok ? NULL : e.message, 0);
     fputc('}', out);
   }
-  fputs("]}", out);
+  fputs("], \"table_cut_at\": ", out);
+  info_json_string(out, info_table_cut(t));
+  fputs("}", out);
 }
 
 static void print_device(FILE *out, const info_plugin *p, const info_device *dv) {
@@ -245,7 +251,10 @@ void info_print_json(FILE *out, const info_model *m, const info_options *o, int 
     kv_str(out, "id", d->id, 1);
     kv_str(out, "provider", d->provider, 1);
     kv_str(out, "description", d->description, 1);
-    kv_str(out, "source", d->source, 0);
+    kv_str(out, "source", d->source, 1);
+    fputs("\"file\": ", out);
+    if (d->file) info_json_string(out, d->file);
+    else fputs("null", out);
     fputc('}', out);
   }
   fputs(m->ndtypes ? "\n  ],\n" : "],\n", out);

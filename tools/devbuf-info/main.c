@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -70,6 +71,52 @@ static int output_width(void) {
 
 enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE, OPT_NO_PROBE,
        OPT_IN_PROCESS };
+
+/* A plugin that crashes inside devbuf-info (its entry symbol and init run
+ * here; with --in-process, its probe too) would end the run with nothing
+ * printed: the listing comes after collection. Say what happened and what to
+ * try, with write(2) only, then die of the same signal. */
+static const char *g_crash_hint;
+static const int g_fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+
+static void on_fatal(int sig) {
+  const char *m = g_crash_hint;
+  if (m) {
+    size_t n = strlen(m);
+    ssize_t w = write(STDERR_FILENO, m, n);
+    (void)w;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void crash_hint(int on, int in_process) {
+  g_crash_hint =
+      in_process
+          ? "devbuf-info: a plugin crashed while devbuf-info loaded the plugins or probed their "
+            "devices in this process (--in-process). Run without --in-process: probes then run "
+            "in child processes and a crash is reported for its plugin. If it still crashes, it "
+            "crashes while loading (its entry symbol or init): load one file at a time, "
+            "DEVBUF_NO_DEFAULT_PLUGINS=1 DEVBUF_PLUGINS=/path/devbuf_plugin_X.so devbuf-info\n"
+          : "devbuf-info: a plugin crashed while devbuf-info loaded the plugins (each plugin's "
+            "entry symbol and init run in this process; only device probes run in child "
+            "processes). Load one file at a time to find it: DEVBUF_NO_DEFAULT_PLUGINS=1 "
+            "DEVBUF_PLUGINS=/path/devbuf_plugin_X.so devbuf-info\n";
+  /* Off puts back what was there (a sanitizer's handlers, say). */
+  static struct sigaction saved[sizeof g_fatal / sizeof g_fatal[0]];
+  for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++) {
+    if (!on) {
+      sigaction(g_fatal[i], &saved[i], NULL);
+      continue;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(g_fatal[i], &sa, &saved[i]);
+  }
+}
 
 static int info_main(int argc, char **argv, const char **extra) {
   static const struct option longopts[] = {
@@ -193,7 +240,9 @@ static int info_main(int argc, char **argv, const char **extra) {
   fflush(stdout);
   int saved_stdout = dup(STDOUT_FILENO);
   if (saved_stdout >= 0) dup2(STDERR_FILENO, STDOUT_FILENO);
+  crash_hint(1, !o.isolate && !o.no_probe);
   int crc = info_collect(&m, &o, &err);
+  crash_hint(0, 0);
   fflush(stdout); /* what a plugin left in stdio's buffer goes to stderr too */
   if (saved_stdout >= 0) {
     dup2(saved_stdout, STDOUT_FILENO);

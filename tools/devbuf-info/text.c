@@ -385,6 +385,23 @@ static void print_plugins(FILE *out, const info_model *m, const info_options *o)
                                   INFO_STR(t->ext_functions[k].name),
                                   INFO_STR(t->ext_functions[k].signature));
         note(out, "ext functions", ex, o->width);
+        /* Listed as callers see them: a malformed entry is never called. */
+        for (size_t k = 0; t->ext_functions && k < t->ext_function_count; k++) {
+          devbuf_error e;
+          if (devbuf_ext_function_check(&t->ext_functions[k], &e) == DEVBUF_OK) continue;
+          char line[DEVBUF_ERROR_MESSAGE_SIZE + 32];
+          snprintf(line, sizeof line, "#%zu: %s", k, e.message);
+          note(out, "invalid ext function", line, o->width);
+        }
+      }
+      const char *cut = info_table_cut(t);
+      if (cut != NULL) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "struct_size %u ends before '%s': that field and those after it read as NULL "
+                 "(rebuild the plugin against this devbuf's plugin.h)",
+                 (unsigned)t->struct_size, cut);
+        note(out, "table", line, o->width);
       }
     }
   }
@@ -542,6 +559,7 @@ static void print_dtypes(FILE *out, const info_model *m, const info_options *o) 
     int used = 2 + iw + 2 + pw + 2 + sw + 2;
     info_wrap(out, d->description[0] ? d->description : "-", used, used, o->width);
     if (o->verbose && dwidth(d->id) > iw) note(out, "id", d->id, o->width);
+    if (d->file) note(out, "file", d->file, o->width);
   }
 }
 

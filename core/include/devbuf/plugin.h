@@ -20,6 +20,24 @@
  * except `init` (called once, before anything else) and `shutdown` (called
  * once, after everything else).
  *
+ * When `shutdown` runs: once per successful `init` (or load, without init),
+ * in one of two places, whichever comes first:
+ *  - devbuf_plugin_unregister, which refuses while memory, streams or events
+ *    made through the plugin are alive;
+ *  - process exit (C and Python alike: returning from main, exit(), a Python
+ *    interpreter's exit), from an atexit handler the runtime registers when it
+ *    initialises: every loaded plugin, in the reverse of load order, before
+ *    the destructors of any shared object (the plugin's own included) and
+ *    after the Python interpreter has finalized. Memory, streams and events
+ *    the program never freed may still be live then: release what outlives
+ *    the process (shm names, files, driver contexts) and do not expect them
+ *    freed first. A vendor library loaded after devbuf initialised may have
+ *    run its own exit handlers already: a call into it may fail (CUDA answers
+ *    CUDA_ERROR_DEINITIALIZED); ignore such failures. The runtime calls
+ *    nothing of the plugin afterwards. A forked child's exit runs no
+ *    shutdown (the parent's resources stay the parent's), nor does _exit()
+ *    or a fatal signal. No other thread may be calling devbuf at exit.
+ *
  * Ownership and lifetimes
  *  - The table and every string and array it points to belong to the plugin
  *    and must stay valid and unchanged until `shutdown` returns (static
@@ -54,7 +72,7 @@ extern "C" {
 #endif
 
 #define DEVBUF_ABI_MAJOR 1
-#define DEVBUF_ABI_MINOR 0
+#define DEVBUF_ABI_MINOR 1
 
 /* The name of the one symbol a plugin exports. */
 #define DEVBUF_PLUGIN_ENTRY devbuf_plugin_entry
@@ -229,7 +247,8 @@ struct devbuf_plugin_table {
   /* Called once after loading. Must be cheap: no driver initialisation.
    * Sets *state (may stay NULL). A failure makes the load fail with err. */
   int (*init)(void **state, devbuf_error *err);
-  /* Called once when the host unloads the plugin. */
+  /* Called once: at devbuf_plugin_unregister or at process exit (see the
+   * top of this file for the order and what may still be live). */
   void (*shutdown)(void *state);
 
   /* ---- devices (mandatory) -------------------------------------------- */

@@ -10,9 +10,19 @@
  *      libdevbuf itself), or, when libdevbuf runs from its build tree, the
  *      build tree's plugin directory, so an uninstalled build finds its own
  *   unless DEVBUF_NO_DEFAULT_PLUGINS=1 turns step 3 off.
- * In a directory, the files named devbuf_plugin_*.so are loaded in name
- * order. Loading runs only each plugin's entry symbol and `init`: no driver
+ * That is the search path as listed; devbuf's own directory (step 3) is
+ * loaded first, so that its plugins keep the identifiers that belong to
+ * devbuf ("cpu", "devbuf.*"): a plugin from steps 1-2 claiming one of them
+ * is refused (DEVBUF_EEXIST, naming both files). One from outside devbuf's
+ * directory serves a devbuf.* identifier only where devbuf's own plugin is
+ * absent, and its record's `reason` says so. Otherwise the first plugin to
+ * claim an identifier keeps it. In a directory, the files named
+ * devbuf_plugin_*.so are loaded in name order. Loading runs only each plugin's entry symbol and `init`: no driver
  * is initialised until a device is used.
+ *
+ * At process exit (not in a forked child), every plugin still loaded gets
+ * its `shutdown`, in the reverse of load order; afterwards calls through its
+ * devices fail with DEVBUF_ENODEV (see devbuf/plugin.h).
  *
  * Ownership: every `const char *` and struct pointer returned here is owned
  * by the runtime and stays valid until the process exits (records are never
@@ -203,6 +213,14 @@ DEVBUF_API int devbuf_device_info_export(const devbuf_device *dev, void *event, 
 DEVBUF_API int devbuf_device_info_import(const char *identifier, const void *info,
                                          devbuf_device_info_desc *desc, devbuf_device *dev,
                                          devbuf_error *err);
+
+/* ---- extension functions ------------------------------------------------ */
+/* Check one entry of a plugin's ext_functions as every caller must before
+ * calling it: a printable name of 1..127 bytes, a non-NULL fn, and a
+ * signature in the grammar of docs/plugin-authors.md ("R(A...)", at most 16
+ * arguments, at most one 'e', never '*e' or '*v'). DEVBUF_OK, or DEVBUF_EINVAL
+ * with the reason (the byte at fault). The same rules as the Python bindings'. */
+DEVBUF_API int devbuf_ext_function_check(const devbuf_ext_function *entry, devbuf_error *err);
 
 /* ---- statistics (for leak checks) --------------------------------------- */
 typedef struct devbuf_stats {
