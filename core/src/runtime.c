@@ -150,7 +150,9 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
   if (b->state != DEVBUF_PLUGIN_LOADED)
     return devbuf_error_set(err, DEVBUF_ENODEV, "plugin %s is not loaded: %s",
                             b->name ? b->name : b->path, b->reason);
-  if (b->table.device_count == NULL)
+  /* No identifier, no device: a dtype-only table (ABI 1.1) may still fill
+   * device slots, but nothing can name its devices, so they are not called. */
+  if (b->table.device_count == NULL || b->identifiers == NULL || b->identifiers[0] == NULL)
     return devbuf_error_set(err, DEVBUF_ENODEV,
                             "plugin %s provides dtype namespaces only: it has no devices",
                             b->name ? b->name : b->path);
