@@ -344,6 +344,21 @@ static void capsule_destructor(PyObject *cap, int versioned) {
 static void capsule_destructor_v(PyObject *cap) { capsule_destructor(cap, 1); }
 static void capsule_destructor_l(PyObject *cap) { capsule_destructor(cap, 0); }
 
+/* __dlpack__'s keywords, interned at init. Callers' keyword names are
+ * interned too (the compiler interns identifiers; NumPy's from_dlpack builds
+ * its kwnames from interned strings), so a pointer test finds them; the text
+ * comparison (a third of an export's cost when it ran first) is the fallback. */
+static const char *const g_kw_text[4] = {"stream", "max_version", "dl_device", "copy"};
+static PyObject *g_kw[4];
+
+static int kw_index(PyObject *k) {
+  for (int i = 0; i < 4; i++)
+    if (k == g_kw[i]) return i;
+  for (int i = 0; i < 4; i++)
+    if (PyUnicode_CompareWithASCIIString(k, g_kw_text[i]) == 0) return i;
+  return -1;
+}
+
 static PyObject *dlpack_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames) {
   PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy_o = Py_None;
@@ -354,10 +369,11 @@ static PyObject *dlpack_method(PyObject *self, PyObject *const *args, Py_ssize_t
   Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   for (Py_ssize_t i = 0; i < nk; i++) {
     PyObject *k = PyTuple_GET_ITEM(kwnames, i), *val = args[i];
-    if (PyUnicode_CompareWithASCIIString(k, "stream") == 0) stream = val;
-    else if (PyUnicode_CompareWithASCIIString(k, "max_version") == 0) max_version = val;
-    else if (PyUnicode_CompareWithASCIIString(k, "dl_device") == 0) dl_device = val;
-    else if (PyUnicode_CompareWithASCIIString(k, "copy") == 0) copy_o = val;
+    int w = kw_index(k);
+    if (w == 0) stream = val;
+    else if (w == 1) max_version = val;
+    else if (w == 2) dl_device = val;
+    else if (w == 3) copy_o = val;
     else {
       PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument '%U'", k);
       return NULL;
@@ -743,6 +759,8 @@ static int install(PyTypeObject *type, const devbuf_dlpack_exchange_api *api) {
 
 int dbp_export_init(PyObject *module) {
   (void)module;
+  for (int i = 0; i < 4; i++)
+    if (g_kw[i] == NULL && (g_kw[i] = PyUnicode_InternFromString(g_kw_text[i])) == NULL) return -1;
   if (install(&DbpBuffer_Type, &g_api_devbuf) < 0) return -1;
   if (install(&DbpView_Type, &g_api_devbuf) < 0) return -1;
   if (install(&DbpForeign_Type, &g_api_foreign) < 0) return -1;

@@ -23,9 +23,21 @@ static PyObject *g_kwnames[5], *g_max_version;
 
 /* ---- ForeignArray ------------------------------------------------------------- */
 
+/* A few freed ForeignArrays kept for reuse: at ~2.8 KiB each, malloc and
+ * free were a fifth of a from_dlpack() (the type is final, the GIL guards it). */
+enum { FOREIGN_FREELIST = 4 };
+static DbpForeign *g_foreign_free[FOREIGN_FREELIST];
+static int g_foreign_nfree;
+
 static DbpForeign *foreign_alloc(int kind, PyObject *source) {
-  DbpForeign *f = PyObject_New(DbpForeign, &DbpForeign_Type);
-  if (f == NULL) return NULL;
+  DbpForeign *f;
+  if (g_foreign_nfree > 0) {
+    f = g_foreign_free[--g_foreign_nfree];
+    PyObject_Init((PyObject *)f, &DbpForeign_Type);
+  } else {
+    f = PyObject_New(DbpForeign, &DbpForeign_Type);
+    if (f == NULL) return NULL;
+  }
   /* Zero everything but the big arrays, which describe fills (a full
    * memset of ~2.5 KiB is a third of an import's cost). */
   memset((char *)f + sizeof(PyObject), 0, offsetof(DbpForeign, el_shape) - sizeof(PyObject));
@@ -282,7 +294,8 @@ static void foreign_dealloc(DbpForeign *f) {
     PyErr_Restore(t, v, tb);
   }
   Py_CLEAR(f->source);
-  PyObject_Free(f);
+  if (g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;
+  else PyObject_Free(f);
 }
 
 static const char *kind_name(int k) {
@@ -540,6 +553,20 @@ static PyObject *consumer_stream(DLDevice pd) {
  * when the method is missing. */
 static int producer_device(PyObject *obj, DLDevice *out, int *has) {
   *has = 0;
+  /* NumPy's ndarray is host memory by definition (its __dlpack_device__
+   * always answers (kDLCPU, 0)): skip the round trip, a third of an import.
+   * Only the exact C type: a subclass may say otherwise. A Python class's
+   * tp_name has no dot, so no other type can pass this name test. */
+  static PyTypeObject *ndarray;
+  PyTypeObject *type = Py_TYPE(obj);
+  if (type == ndarray || (ndarray == NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+                          strcmp(type->tp_name, "numpy.ndarray") == 0)) {
+    ndarray = type;
+    out->device_type = kDLCPU;
+    out->device_id = 0;
+    *has = 1;
+    return 0;
+  }
   PyObject *r = PyObject_CallMethodNoArgs(obj, g_s_dlpack_device);
   if (r == NULL) {
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -567,14 +594,14 @@ static int producer_device(PyObject *obj, DLDevice *out, int *has) {
 /* Call obj.__dlpack__ with what the producer understands: the full
  * keywords first, then without dl_device/copy (*dropped = 1), then the
  * pre-2023 forms. */
-static PyObject *call_dlpack(PyObject *obj, PyObject *stream, PyObject *dl_device, PyObject *copy,
-                             int *dropped) {
+static PyObject *call_dlpack(PyObject *obj, PyObject *fn, PyObject *stream, PyObject *dl_device,
+                             PyObject *copy, int *dropped) {
   int extra = dl_device != Py_None || copy != Py_None;
   const int tries_full[] = {4, 2, 1, 0}, tries_short[] = {2, 1, 0};
   const int *tries = extra ? tries_full : tries_short;
   int ntries = extra ? 4 : 3;
-  PyObject *fn = PyObject_GetAttr(obj, g_s_dlpack);
-  if (fn == NULL) return NULL;
+  if (fn != NULL) Py_INCREF(fn); /* the caller's lookup of obj.__dlpack__ */
+  else if ((fn = PyObject_GetAttr(obj, g_s_dlpack)) == NULL) return NULL;
   PyObject *vals[4] = {stream, g_max_version, dl_device, copy};
   PyObject *r = NULL;
   *dropped = 0;
@@ -612,14 +639,15 @@ static int after_stream_import(DbpForeign *f) {
   return foreign_record(f, NULL, "DLPack import");
 }
 
-static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObject *copy,
-                                      int *dropped, int legacy_writable) {
+/* fn: obj.__dlpack__ when the caller looked it up already, else NULL. */
+static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *fn, PyObject *dl_device,
+                                      PyObject *copy, int *dropped, int legacy_writable) {
   DLDevice pd;
   int has = 0;
   if (producer_device(obj, &pd, &has) < 0) return NULL;
   PyObject *stream = has ? consumer_stream(pd) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
-  PyObject *cap = call_dlpack(obj, stream, dl_device, copy, dropped);
+  PyObject *cap = call_dlpack(obj, fn, stream, dl_device, copy, dropped);
   /* The producer cannot reach that device (NumPy only knows the CPU): take
    * the tensor where it is and let devbuf's plugins move it. The standard
    * says BufferError; NumPy 2.1-2.2 raise ValueError("unsupported device
@@ -628,7 +656,7 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
   if (cap == NULL && dl_device != Py_None &&
       (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
     PyErr_Clear();
-    cap = call_dlpack(obj, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
+    cap = call_dlpack(obj, fn, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
     *dropped = 1;
   }
   Py_DECREF(stream);
@@ -883,7 +911,7 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
     if (step == 0) {
       if (!PyObject_HasAttr(obj, g_s_dlpack)) continue;
       int dropped;
-      f = (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped, 0);
+      f = (PyObject *)import_dlpack_call(obj, NULL, Py_None, Py_None, &dropped, 0);
     } else {
       if (dbp_compat_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
       if (d == NULL) continue;
@@ -989,18 +1017,26 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
   int dropped = 1; /* the producer did not handle device/copy */
   const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
   if (api == NULL && PyErr_Occurred()) return NULL;
+  PyObject *fn = NULL; /* obj.__dlpack__, looked up once */
+  if (api == NULL || copy == 1) {
+    if (dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
+  }
   if (api != NULL && copy != 1) {
     f = import_exchange(obj, api);
-  } else if (PyObject_HasAttr(obj, g_s_dlpack)) {
+  } else if (fn != NULL) {
     PyObject *dl = Py_None;
     if (has_dl) {
       dl = Py_BuildValue("(ii)", (int)tdl.device_type, (int)tdl.device_id);
-      if (dl == NULL) return NULL;
+      if (dl == NULL) {
+        Py_DECREF(fn);
+        return NULL;
+      }
     } else {
       Py_INCREF(dl);
     }
-    f = import_dlpack_call(obj, dl, copy_o, &dropped, legacy_writable);
+    f = import_dlpack_call(obj, fn, dl, copy_o, &dropped, legacy_writable);
     Py_DECREF(dl);
+    Py_DECREF(fn);
   } else {
     PyErr_Format(PyExc_TypeError,
                  "from_dlpack() needs an object with __dlpack__ (or a type with %s), not "
