@@ -20,6 +20,9 @@ static PyObject *g_s_dlpack, *g_s_dlpack_device, *g_s_cai, *g_s_ai, *g_s_api_att
 /* ("stream", "max_version", "dl_device", "copy")[:n] for n = 0..4, and
  * devbuf's max_version: built once, they cost an import nothing. */
 static PyObject *g_kwnames[5], *g_max_version;
+/* ("max_version", "dl_device", "copy")[:n] for n = 0..3: the calls that
+ * leave stream at its default (None). */
+static PyObject *g_kwnames_ns[4];
 
 /* ---- ForeignArray ------------------------------------------------------------- */
 
@@ -597,12 +600,18 @@ static int producer_device(PyObject *obj, DLDevice *out, int *has) {
 static PyObject *call_dlpack(PyObject *obj, PyObject *fn, PyObject *stream, PyObject *dl_device,
                              PyObject *copy, int *dropped) {
   int extra = dl_device != Py_None || copy != Py_None;
+  /* stream=None is the default: leaving it out spares the producer parsing
+   * a keyword (NumPy's own from_dlpack leaves it out too). */
+  int ns = stream == Py_None;
   const int tries_full[] = {4, 2, 1, 0}, tries_short[] = {2, 1, 0};
-  const int *tries = extra ? tries_full : tries_short;
-  int ntries = extra ? 4 : 3;
-  if (fn != NULL) Py_INCREF(fn); /* the caller's lookup of obj.__dlpack__ */
-  else if ((fn = PyObject_GetAttr(obj, g_s_dlpack)) == NULL) return NULL;
-  PyObject *vals[4] = {stream, g_max_version, dl_device, copy};
+  const int tries_full_ns[] = {3, 1, 0}, tries_short_ns[] = {1, 0};
+  const int *tries = extra ? (ns ? tries_full_ns : tries_full) : (ns ? tries_short_ns : tries_short);
+  int ntries = (extra ? 4 : 3) - ns;
+  int nall = 4 - ns;
+  /* argv[0] is obj, for the method call without a bound method object. */
+  PyObject *argv[5] = {obj, stream, g_max_version, dl_device, copy};
+  PyObject **vals = argv + 1 + ns, **names = ns ? g_kwnames_ns : g_kwnames;
+  if (ns) vals[-1] = obj;
   PyObject *r = NULL;
   *dropped = 0;
   for (int a = 0; a < ntries; a++) {
@@ -613,11 +622,12 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *fn, PyObject *stream, PyOb
       PyErr_Clear();
     }
     int n = tries[a];
-    if (extra && n < 4) *dropped = 1;
-    r = PyObject_Vectorcall(fn, vals, 0, g_kwnames[n]);
+    if (extra && n < nall) *dropped = 1;
+    /* fn: an instance attribute the caller found; else the type's method. */
+    r = fn != NULL ? PyObject_Vectorcall(fn, vals, 0, names[n])
+                   : PyObject_VectorcallMethod(g_s_dlpack, vals - 1, 1, names[n]);
     if (r != NULL) break;
   }
-  Py_DECREF(fn);
   return r;
 }
 
@@ -639,7 +649,8 @@ static int after_stream_import(DbpForeign *f) {
   return foreign_record(f, NULL, "DLPack import");
 }
 
-/* fn: obj.__dlpack__ when the caller looked it up already, else NULL. */
+/* fn: obj.__dlpack__ when the caller found it on the instance, else NULL
+ * (the type's method is called). */
 static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *fn, PyObject *dl_device,
                                       PyObject *copy, int *dropped, int legacy_writable) {
   DLDevice pd;
@@ -1017,18 +1028,22 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
   int dropped = 1; /* the producer did not handle device/copy */
   const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
   if (api == NULL && PyErr_Occurred()) return NULL;
-  PyObject *fn = NULL; /* obj.__dlpack__, looked up once */
+  /* obj.__dlpack__: the type's method (found through the type's method
+   * cache, called without binding it), else an instance attribute. */
+  PyObject *fn = NULL;
+  int has_method = 0;
   if (api == NULL || copy == 1) {
-    if (dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
+    has_method = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack) != NULL;
+    if (!has_method && dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
   }
   if (api != NULL && copy != 1) {
     f = import_exchange(obj, api);
-  } else if (fn != NULL) {
+  } else if (has_method || fn != NULL) {
     PyObject *dl = Py_None;
     if (has_dl) {
       dl = Py_BuildValue("(ii)", (int)tdl.device_type, (int)tdl.device_id);
       if (dl == NULL) {
-        Py_DECREF(fn);
+        Py_XDECREF(fn);
         return NULL;
       }
     } else {
@@ -1036,7 +1051,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     f = import_dlpack_call(obj, fn, dl, copy_o, &dropped, legacy_writable);
     Py_DECREF(dl);
-    Py_DECREF(fn);
+    Py_XDECREF(fn);
   } else {
     PyErr_Format(PyExc_TypeError,
                  "from_dlpack() needs an object with __dlpack__ (or a type with %s), not "
@@ -1141,6 +1156,15 @@ int dbp_import_init(PyObject *module) {
   g_s_api_attr = PyUnicode_InternFromString(DEVBUF_DLPACK_EXCHANGE_API_ATTR);
   if (!g_s_dlpack || !g_s_dlpack_device || !g_s_cai || !g_s_ai || !g_s_api_attr) return -1;
   static const char *const kw[] = {"stream", "max_version", "dl_device", "copy"};
+  for (int n = 0; n <= 3; n++) {
+    g_kwnames_ns[n] = PyTuple_New(n);
+    if (g_kwnames_ns[n] == NULL) return -1;
+    for (int i = 0; i < n; i++) {
+      PyObject *k = PyUnicode_InternFromString(kw[i + 1]);
+      if (k == NULL) return -1;
+      PyTuple_SET_ITEM(g_kwnames_ns[n], i, k);
+    }
+  }
   for (int n = 0; n <= 4; n++) {
     g_kwnames[n] = PyTuple_New(n);
     if (g_kwnames[n] == NULL) return -1;
