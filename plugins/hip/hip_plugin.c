@@ -14,6 +14,7 @@
  * See docs/devices/hip.md. */
 #include <hip/hip_runtime_api.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "devbuf/plugin.h"
 
@@ -31,6 +33,9 @@
 
 /* Tried in order when DEVBUF_HIP_LIBRARY is unset: the development symlink
  * (matches the headers we were built with) and then the runtime sonames. */
+/* The device node of AMD's kernel driver (amdgpu KFD) that ROCm opens. */
+#define HIP_KFD_NODE "/dev/kfd"
+
 static const char *const hip_default_libraries[] = {"libamdhip64.so", "libamdhip64.so.6",
                                                     "libamdhip64.so.5", NULL};
 
@@ -185,6 +190,20 @@ static void hip_open(hip_state *st, const char **used) {
       why = dlerror();
       hip_no_device(st, DEVBUF_ENODEV, "dlopen %s: %s", env, why ? why : "unknown error");
     }
+    return;
+  }
+  /* ROCm reaches every AMD GPU through the KFD device node: without it
+   * hipInit can only fail, and loading libamdhip64 and its dependencies
+   * first was most of devbuf-info's time on a machine without one. Say why
+   * without starting the runtime. (DEVBUF_HIP_LIBRARY, above, still loads
+   * whatever runtime it names.) */
+  if (access(HIP_KFD_NODE, F_OK) != 0) {
+    int e = errno;
+    *used = NULL;
+    hip_no_device(st, DEVBUF_ENODEV,
+                  "no %s (%s): no AMD GPU driver on this machine, so %s was not loaded "
+                  "(DEVBUF_HIP_LIBRARY=<runtime> loads one anyway)",
+                  HIP_KFD_NODE, strerror(e), hip_default_libraries[0]);
     return;
   }
   for (int i = 0; hip_default_libraries[i] != NULL; i++) {
