@@ -920,9 +920,17 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
   for (int step = 0; step < 3 && f == NULL; step++) {
     PyObject *d = NULL;
     if (step == 0) {
-      if (!PyObject_HasAttr(obj, g_s_dlpack)) continue;
+      /* The type's method through its cache (no attribute error made and
+       * cleared, as PyObject_HasAttr does), else an instance attribute. */
+      PyObject *fn = NULL;
+      if (_PyType_Lookup(Py_TYPE(obj), g_s_dlpack) == NULL) {
+        /* As PyObject_HasAttr did: a failing __getattr__ means "no". */
+        if (dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) PyErr_Clear();
+        if (fn == NULL) continue;
+      }
       int dropped;
-      f = (PyObject *)import_dlpack_call(obj, NULL, Py_None, Py_None, &dropped, 0);
+      f = (PyObject *)import_dlpack_call(obj, fn, Py_None, Py_None, &dropped, 0);
+      Py_XDECREF(fn);
     } else {
       if (dbp_compat_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
       if (d == NULL) continue;
