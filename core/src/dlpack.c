@@ -502,11 +502,34 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
   uint64_t itemsize;
   uint32_t epi;
   int padded = (dl_flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0;
-  rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, out->format, sizeof out->format, &itemsize,
-                                     &epi, err);
-  if (rc) {
-    devbuf_error_prefix(err, "dlpack import");
-    return rc;
+  /* dtype -> format is a pure function of (code, bits, lanes, padded): the
+   * last answer is kept per thread, as imports repeat the same few dtypes
+   * (the conversion was a sixth of describing a tensor). */
+  static _Thread_local struct {
+    int valid, padded;
+    DLDataType dtype;
+    uint64_t itemsize;
+    uint32_t epi;
+    char format[sizeof out->format];
+  } memo;
+  if (memo.valid && memo.padded == padded && memo.dtype.code == t->dtype.code &&
+      memo.dtype.bits == t->dtype.bits && memo.dtype.lanes == t->dtype.lanes) {
+    memcpy(out->format, memo.format, strlen(memo.format) + 1);
+    itemsize = memo.itemsize;
+    epi = memo.epi;
+  } else {
+    rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, out->format, sizeof out->format,
+                                       &itemsize, &epi, err);
+    if (rc) {
+      devbuf_error_prefix(err, "dlpack import");
+      return rc;
+    }
+    memo.valid = 1;
+    memo.padded = padded;
+    memo.dtype = t->dtype;
+    memo.itemsize = itemsize;
+    memo.epi = epi;
+    memcpy(memo.format, out->format, sizeof memo.format);
   }
   out->dtype = t->dtype;
   out->itemsize = itemsize;

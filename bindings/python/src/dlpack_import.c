@@ -44,7 +44,8 @@ static DbpForeign *foreign_alloc(int kind, PyObject *source) {
   /* Zero everything but the big arrays, which describe fills (a full
    * memset of ~2.5 KiB is a third of an import's cost). */
   memset((char *)f + sizeof(PyObject), 0, offsetof(DbpForeign, el_shape) - sizeof(PyObject));
-  memset(&f->info, 0, sizeof f->info);
+  /* `info` is zeroed where it is filled (foreign_prepare_device), only for
+   * device exports: a host import never reads it. */
   memset(&f->desc, 0, offsetof(devbuf_dlpack_desc, shape));
   f->weakreflist = NULL;
   f->kind = kind;
@@ -176,6 +177,7 @@ static int foreign_prepare_device(DbpForeign *f) {
   if (f->desc.flags & DEVBUF_DLPACK_READONLY) flags |= DEVBUF_DEVICE_INFO_READONLY;
   if (f->desc.flags & DEVBUF_DLPACK_HOST_ACCESSIBLE) flags |= DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
   int rc = foreign_open(f, &err);
+  memset(&f->info, 0, sizeof f->info);
   if (rc == DEVBUF_OK) {
     size_t size = 0;
     rc = devbuf_device_info_export(&f->dev, f->event, f->event ? f->stream : NULL, flags, &f->info,
