@@ -183,6 +183,16 @@ def main():
     print("|---|---:|")
     for k, v in ratios.items():
         print(f"| {k} | {v:.2f} |")
+    print()
+    print("On a NumPy array devbuf's consumer is one `PyObject_GetBuffer` (the backport adds a "
+          "cached supported-flags check); nanobind asks `__dlpack__` first. On a DLPack-only "
+          "producer devbuf does what the DLPack Python specification asks of a consumer and "
+          "nanobind does not: it calls `__dlpack_device__` (a second Python-level call here) "
+          "to pass the stream the producer must order its work on, records that sync, and "
+          "builds a devbuf view (a ForeignArray and a DeviceView) that reports device, sync "
+          "and format; nanobind passes no stream and tracks none. Closing that gap needs a "
+          "C-level DLPack import in the header-only backport (no view object) and a cache of "
+          "the producer type's device for CPU-only types.")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"ns": best, "ratios": ratios,
                                                        "nanobind": ver}, indent=2))
