@@ -151,6 +151,16 @@ static PyObject *field_tuple(FmtData *data, const devbuf_format_field *first) {
   return t;
 }
 
+/* Store a lazily made value in its slot, unless another thread filled it
+ * while this one made it (making one can run Python code and switch
+ * threads): the first one wins, so repeated reads return the same object. */
+static PyObject *settle(PyObject **slot, PyObject *made) {
+  if (made == NULL) return NULL;
+  if (*slot == NULL) *slot = made;
+  else Py_DECREF(made);
+  return Py_NewRef(*slot);
+}
+
 static PyObject *bo_str(char c) {
   unsigned char u = (unsigned char)c;
   return Py_NewRef(u < 128 && g_bo_str[u] != NULL ? g_bo_str[u] : g_bo_str['@']);
@@ -174,27 +184,25 @@ static PyObject *fmt_info(DbpFormat *o, void *bit) {
 static PyObject *fmt_end_byteorder(DbpFormat *o, void *c) { return bo_str(o->data->f.end_byteorder); }
 
 static PyObject *fmt_canonical(DbpFormat *o, void *c) {
-  if (o->canonical == NULL) {
-    char small[256];
-    size_t need = devbuf_format_print(&o->data->f, small, sizeof small);
-    if (need < sizeof small) {
-      o->canonical = PyUnicode_FromStringAndSize(small, (Py_ssize_t)need);
-    } else {
-      char *big = PyMem_Malloc(need + 1);
-      if (big == NULL) return PyErr_NoMemory();
-      devbuf_format_print(&o->data->f, big, need + 1);
-      o->canonical = PyUnicode_FromStringAndSize(big, (Py_ssize_t)need);
-      PyMem_Free(big);
-    }
-    if (o->canonical == NULL) return NULL;
+  if (o->canonical != NULL) return Py_NewRef(o->canonical);
+  char small[256];
+  PyObject *made;
+  size_t need = devbuf_format_print(&o->data->f, small, sizeof small);
+  if (need < sizeof small) {
+    made = PyUnicode_FromStringAndSize(small, (Py_ssize_t)need);
+  } else {
+    char *big = PyMem_Malloc(need + 1);
+    if (big == NULL) return PyErr_NoMemory();
+    devbuf_format_print(&o->data->f, big, need + 1);
+    made = PyUnicode_FromStringAndSize(big, (Py_ssize_t)need);
+    PyMem_Free(big);
   }
-  return Py_NewRef(o->canonical);
+  return settle(&o->canonical, made);
 }
 
 static PyObject *fmt_fields(DbpFormat *o, void *c) {
-  if (o->fields == NULL && (o->fields = field_tuple(o->data, o->data->f.fields)) == NULL)
-    return NULL;
-  return Py_NewRef(o->fields);
+  if (o->fields != NULL) return Py_NewRef(o->fields);
+  return settle(&o->fields, field_tuple(o->data, o->data->f.fields));
 }
 
 static PyGetSetDef fmt_getset[] = {
@@ -264,16 +272,13 @@ static PyObject *fld_shape(DbpField *o, void *c) {
   return shape;
 }
 static PyObject *fld_children(DbpField *o, void *c) {
-  if (o->children == NULL && (o->children = field_tuple(o->data, o->f->children)) == NULL)
-    return NULL;
-  return Py_NewRef(o->children);
+  if (o->children != NULL) return Py_NewRef(o->children);
+  return settle(&o->children, field_tuple(o->data, o->f->children));
 }
 static PyObject *fld_pointee(DbpField *o, void *c) {
-  if (o->pointee == NULL) {
-    o->pointee = o->f->pointee ? field_new(o->data, o->f->pointee) : Py_NewRef(Py_None);
-    if (o->pointee == NULL) return NULL;
-  }
-  return Py_NewRef(o->pointee);
+  if (o->pointee != NULL) return Py_NewRef(o->pointee);
+  return settle(&o->pointee,
+                o->f->pointee ? field_new(o->data, o->f->pointee) : Py_NewRef(Py_None));
 }
 
 static PyObject *desc_dict(const devbuf_dtype_desc *d) {
@@ -311,23 +316,18 @@ static PyObject *custom_dict(const devbuf_format_custom *c) {
 }
 
 static PyObject *fld_custom(DbpField *o, void *c) {
-  if (o->custom == NULL) {
-    if (o->f->custom == NULL) {
-      o->custom = Py_NewRef(Py_None);
-    } else {
-      PyObject *d = custom_dict(o->f->custom);
-      PyObject *factory = d != NULL ? dbp_interp_get(DBP_FORMAT_FACTORY_KEY) : NULL;
-      if (d == NULL || (factory == NULL && PyErr_Occurred())) {
-        Py_XDECREF(d);
-        return NULL;
-      }
-      /* Without the package (the bare extension), the dict itself. */
-      o->custom = factory != NULL ? PyObject_CallOneArg(factory, d) : Py_NewRef(d);
-      Py_DECREF(d);
-      if (o->custom == NULL) return NULL;
-    }
+  if (o->custom != NULL) return Py_NewRef(o->custom);
+  if (o->f->custom == NULL) return settle(&o->custom, Py_NewRef(Py_None));
+  PyObject *d = custom_dict(o->f->custom);
+  PyObject *factory = d != NULL ? dbp_interp_get(DBP_FORMAT_FACTORY_KEY) : NULL;
+  if (d == NULL || (factory == NULL && PyErr_Occurred())) {
+    Py_XDECREF(d);
+    return NULL;
   }
-  return Py_NewRef(o->custom);
+  /* Without the package (the bare extension), the dict itself. */
+  PyObject *made = factory != NULL ? PyObject_CallOneArg(factory, d) : Py_NewRef(d);
+  Py_DECREF(d);
+  return settle(&o->custom, made);
 }
 
 static PyGetSetDef fld_getset[] = {
