@@ -43,6 +43,10 @@ def bench_list(build, quick, tmp):
         ("CPython versions", "benchmarks/python/bench_versions.py", q + ["--json", j("versions")],
          "md", None),
         ("Interop", "benchmarks/interop/bench_dlpack.py", q + ["--json", j("dlpack")], "md", j("dlpack")),
+        # Needs nanobind from PyPI once (pip --target into the build directory) and g++;
+        # without them the section says it was skipped.
+        ("nanobind side by side", "benchmarks/nanobind/bench_nanobind.py", q + ["--json", j("nanobind")],
+         "md", None),
         ("Pickle protocol 5", "benchmarks/pickle/bench_pickle.py", q + ["--json", j("pickle")], "text", j("pickle")),
         ("Python plugins (libffi)", "benchmarks/ffi/bench_closure.py", q + ["--json", j("ffi")], "md", j("ffi")),
     ]

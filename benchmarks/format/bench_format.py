@@ -167,6 +167,25 @@ STRUCTURED_NP = [
     ("nested + subarray", "T{<i:a:T{<H:b:<B:c:}:sub:(4,4)<f:m:}"),
 ]
 CUSTOM = ["[devbuf$bfloat16]", "[numpy$x;devbuf$float8_e4m3fn]", "(2,2)[devbuf$bfloat16]:w:"]
+# devbuf.parse_format (issue 16): plain formats of five codes against
+# struct.Struct(f), record formats against NumPy's reader.
+FIVE = ["bhiqd", "<iHdQf", "=cBhId"]
+RECORDS = [("issue 16 example (default mode)", "T{i:a:(2)d:b:}", "default"),
+           ("record (packed), NumPy mode", "T{<d:x:<d:y:<i:id:5s:name:}", "numpy"),
+           ("nested + subarray, NumPy mode", "T{<i:a:T{<H:b:<B:c:}:sub:(4,4)<f:m:}", "numpy")]
+
+
+def interleaved_median_ns(stmts, g, rounds):
+    """Median ns per call of each statement over `rounds` rounds; each round
+    times every statement once, so that load hits all of them alike."""
+    per = {k: [] for k in stmts}
+    for k, (stmt, n) in stmts.items():
+        timeit.Timer(stmt, globals=g, timer=time.thread_time).timeit(max(n // 10, 1))  # warm up
+    for _ in range(rounds):
+        for k, (stmt, n) in stmts.items():
+            t = timeit.Timer(stmt, globals=g, timer=time.thread_time)
+            per[k].append(t.timeit(n) / n * 1e9)
+    return {k: sorted(v)[len(v) // 2] for k, v in per.items()}
 
 
 def main():
@@ -229,6 +248,32 @@ def main():
                 ours_size = direct_ns("ext.itemsize_numpy(f)", g, repeat, number)
                 rows.append({"group": "structured", "format": f, "name": name,
                              "devbuf_parse": ours, "devbuf_itemsize": ours_size, "numpy": theirs})
+
+        # ---- devbuf.parse_format, as a Python user calls it (issue 16) --------------------
+        try:
+            import devbuf as devbuf_pkg
+            parse = devbuf_pkg.parse_format
+        except Exception:
+            parse = None
+        if parse is not None:
+            rounds = 5 if a.quick else 21
+            g2 = {"struct": struct, "parse": parse}
+            for f in FIVE:
+                g2["f"] = f
+                r = interleaved_median_ns({
+                    "devbuf": ("parse(f, 'struct')", number // 4),
+                    "devbuf_default": ("parse(f)", number // 4),
+                    "struct": ("struct.Struct(f)", number // 4)}, g2, rounds)
+                rows.append({"group": "pf_plain", "format": f, **r})
+            if np is not None:
+                g2["np_parse"] = _dtype_from_pep3118
+                for name, f, mode in RECORDS:
+                    g2["f"], g2["m"] = f, mode
+                    r = interleaved_median_ns({
+                        "devbuf": ("parse(f, m)", number // 4),
+                        "devbuf_fields": ("parse(f, m).fields[0].children", number // 4),
+                        "numpy": ("np_parse(f)", max(number // 40, 500))}, g2, rounds)
+                    rows.append({"group": "pf_record", "name": name, "format": f, "mode": mode, **r})
 
         # ---- custom dtypes ------------------------------------------------------------------
         for f in CUSTOM:
@@ -307,6 +352,33 @@ def render(rows, crows, lib, has_pkg):
                      f"{fmt_ns(r['devbuf_itemsize'])} | {fmt_ns(r['numpy'])} | "
                      f"{r['numpy'] / r['devbuf_parse']:.0f}x |")
     lines.append("")
+    pf_plain = [r for r in rows if r["group"] == "pf_plain"]
+    pf_rec = [r for r in rows if r["group"] == "pf_record"]
+    if pf_plain or pf_rec:
+        lines.append("`devbuf.parse_format` as a Python user calls it (issue 16): the returned "
+                     "`devbuf.Format` is a C object whose attributes are made on first read. "
+                     "Medians of interleaved rounds, ns per call, thread CPU time.")
+        lines.append("")
+    if pf_plain:
+        lines.append("| format | `parse_format(f, 'struct')` | `parse_format(f)` | `struct.Struct(f)` | "
+                     "ratio, struct mode (goal <= 3x) |")
+        lines.append("|---|---|---|---|---|")
+        for r in pf_plain:
+            ratio = r["devbuf"] / r["struct"]
+            lines.append(f"| `{r['format']}` | {fmt_ns(r['devbuf'])} | {fmt_ns(r['devbuf_default'])} | "
+                         f"{fmt_ns(r['struct'])} | {ratio:.2f}x {'met' if ratio <= 3 else 'MISSED'} |")
+        lines.append("")
+    if pf_rec:
+        lines.append("| case | format | `parse_format(f, mode)` | `... .fields[0].children` | "
+                     "`_dtype_from_pep3118(f)` | speed-up (goal >= 20x) |")
+        lines.append("|---|---|---|---|---|---|")
+        for r in pf_rec:
+            sp = r["numpy"] / r["devbuf"]
+            lines.append(f"| {r['name']} | `{r['format']}` | {fmt_ns(r['devbuf'])} | "
+                         f"{fmt_ns(r['devbuf_fields'])} | {fmt_ns(r['numpy'])} | "
+                         f"{sp:.0f}x {'met' if sp >= 20 else 'MISSED'} "
+                         f"({r['numpy'] / r['devbuf_fields']:.0f}x with the fields read) |")
+        lines.append("")
     lines.append("Custom dtypes from Python:")
     lines.append("")
     lines.append("| format | devbuf (ext) | devbuf (ctypes) |")

@@ -130,6 +130,12 @@ def main():
     print("\n## goals")
     for k, v in goals.items():
         print(f"  {'met' if v else 'MISSED':>8}  {k}")
+    # Issue 16, goal 3: where the extended export's extra time goes (callgrind).
+    print("\n  Extended export from C (issue 16): ~176 instructions per getbuffer+release of a "
+          "DeviceBuffer\n  with PyBUF_DEVICE against ~88 for bytearray; the difference is the "
+          "export ledger\n  (each export's serial kept, so a double release is reported, not "
+          "miscounted: ~40),\n  the device fields and the checks bytearray does not need "
+          "(freed, host-readable, F order).")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"python_ns": py, "c_ns": c, "ratios": ratios, "goals": goals}, f, indent=2)

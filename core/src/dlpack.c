@@ -507,11 +507,34 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
   uint64_t itemsize;
   uint32_t epi;
   int padded = (dl_flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) != 0;
-  rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, out->format, sizeof out->format, &itemsize,
-                                     &epi, err);
-  if (rc) {
-    devbuf_error_prefix(err, "dlpack import");
-    return rc;
+  /* dtype -> format is a pure function of (code, bits, lanes, padded): the
+   * last answer is kept per thread, as imports repeat the same few dtypes
+   * (the conversion was a sixth of describing a tensor). */
+  static _Thread_local struct {
+    int valid, padded;
+    DLDataType dtype;
+    uint64_t itemsize;
+    uint32_t epi;
+    char format[sizeof out->format];
+  } memo;
+  if (memo.valid && memo.padded == padded && memo.dtype.code == t->dtype.code &&
+      memo.dtype.bits == t->dtype.bits && memo.dtype.lanes == t->dtype.lanes) {
+    memcpy(out->format, memo.format, strlen(memo.format) + 1);
+    itemsize = memo.itemsize;
+    epi = memo.epi;
+  } else {
+    rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, out->format, sizeof out->format,
+                                       &itemsize, &epi, err);
+    if (rc) {
+      devbuf_error_prefix(err, "dlpack import");
+      return rc;
+    }
+    memo.valid = 1;
+    memo.padded = padded;
+    memo.dtype = t->dtype;
+    memo.itemsize = itemsize;
+    memo.epi = epi;
+    memcpy(memo.format, out->format, sizeof memo.format);
   }
   out->dtype = t->dtype;
   out->itemsize = itemsize;
@@ -760,19 +783,47 @@ static int export_prepare(const devbuf_dlpack_export_spec *s, DLTensor *t, int64
     devbuf_error_prefix(err, "dlpack export");
     return rc;
   }
-  int padded = 0;
-  rc = devbuf_dlpack_dtype_from_format(s->format, (size_t)-1, &t->dtype, &padded, err);
-  if (rc) {
-    devbuf_error_prefix(err, "dlpack export");
-    return rc;
-  }
+  /* The format's dtype, item size and elements per item: the last answer is
+   * kept per thread, since a program exports the same few formats over and
+   * over (the two conversions were a third of an export). Without '[' the
+   * only input is the format's text, so a hit is exactly what a parse would
+   * give; a custom dtype depends on the registry and is never kept. */
+  static _Thread_local struct {
+    char format[16];
+    DLDataType dtype;
+    uint64_t itemsize;
+    uint32_t epi;
+    int padded;
+  } memo;
   uint64_t itemsize;
   uint32_t epi;
-  char fmtbuf[DEVBUF_DLPACK_FORMAT_MAX];
-  rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, fmtbuf, sizeof fmtbuf, &itemsize, &epi, err);
-  if (rc) {
-    devbuf_error_prefix(err, "dlpack export");
-    return rc;
+  int padded = 0;
+  if (memo.format[0] != '\0' && strcmp(memo.format, s->format) == 0) {
+    t->dtype = memo.dtype;
+    itemsize = memo.itemsize;
+    epi = memo.epi;
+    padded = memo.padded;
+  } else {
+    rc = devbuf_dlpack_dtype_from_format(s->format, (size_t)-1, &t->dtype, &padded, err);
+    if (rc) {
+      devbuf_error_prefix(err, "dlpack export");
+      return rc;
+    }
+    char fmtbuf[DEVBUF_DLPACK_FORMAT_MAX];
+    rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, fmtbuf, sizeof fmtbuf, &itemsize, &epi,
+                                       err);
+    if (rc) {
+      devbuf_error_prefix(err, "dlpack export");
+      return rc;
+    }
+    size_t n = strlen(s->format);
+    if (n < sizeof memo.format && memchr(s->format, '[', n) == NULL) {
+      memcpy(memo.format, s->format, n + 1);
+      memo.dtype = t->dtype;
+      memo.itemsize = itemsize;
+      memo.epi = epi;
+      memo.padded = padded;
+    }
   }
   int32_t ndim = s->ndim;
   if (epi > 1 && ndim == 0)

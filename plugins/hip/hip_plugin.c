@@ -13,16 +13,19 @@
  * deliberately not used: hipDeviceProp_t changed layout between ROCm 5 and 6.
  * See docs/devices/hip.md. */
 #include <hip/hip_runtime_api.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "devbuf/plugin.h"
 #include "gpu_common.h"
 
 #define HIP_PLUGIN_VERSION "0.1.0"
 #define HIP_IDENTIFIER "devbuf.hip"
+#define HIP_KFD_NODE "/dev/kfd"
 /* hipMalloc returns at least 256-byte aligned memory. */
 #define HIP_NATIVE_ALIGNMENT 256u
 
@@ -127,6 +130,19 @@ static int hip_load(gpu_lazy *lz) {
   devbuf_error e;
   hipError_t r;
   int missing;
+  /* ROCm reaches every AMD GPU through the KFD device node: without it
+   * hipInit can only fail, and loading libamdhip64 and its dependencies
+   * first was most of devbuf-info's time on a machine without one. Say why
+   * without starting the runtime; DEVBUF_HIP_LIBRARY still loads whatever
+   * runtime it names (the fake one in tests/gpu among them). */
+  const char *env = secure_getenv("DEVBUF_HIP_LIBRARY");
+  if ((env == NULL || env[0] == '\0') && access(HIP_KFD_NODE, F_OK) != 0) {
+    int why = errno;
+    return gpu_no_device(lz, DEVBUF_ENODEV,
+                         "no %s (%s): no AMD GPU driver on this machine, so %s was not loaded "
+                         "(DEVBUF_HIP_LIBRARY=<runtime> loads one anyway)",
+                         HIP_KFD_NODE, strerror(why), hip_default_libraries[0]);
+  }
   if (!gpu_dlopen(lz, "DEVBUF_HIP_LIBRARY", hip_default_libraries, &libname))
     return lz->status;
   missing = gpu_dlsym_all(lz, libname, &st->api, sizeof st->api, GPU_SYMBOLS(hip_required),

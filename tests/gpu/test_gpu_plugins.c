@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "devbuf/plugin.h"
 #include "devbuf_test.h"
@@ -28,15 +29,17 @@ typedef struct gpu_desc {
   const char *libs[4];     /* default library names, in the plugin's order */
   const char *init_fn;     /* the driver's init entry point */
   int dl_type;
+  const char *node;        /* device node without which the library is not even loaded */
 } gpu_desc;
 
 static const gpu_desc g_descs[] = {
     {"cuda", "devbuf.cuda", "DEVBUF_CUDA_LIBRARY", {"libcuda.so.1", NULL}, "cuInit",
-     DEVBUF_DL_CUDA},
+     DEVBUF_DL_CUDA, NULL},
     {"hip", "devbuf.hip", "DEVBUF_HIP_LIBRARY",
-     {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", NULL}, "hipInit", DEVBUF_DL_ROCM},
+     {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", NULL}, "hipInit", DEVBUF_DL_ROCM,
+     "/dev/kfd"},
     {"level_zero", "devbuf.level_zero", "DEVBUF_LEVEL_ZERO_LIBRARY", {"libze_loader.so.1", NULL},
-     "zeInit", DEVBUF_DL_ONEAPI},
+     "zeInit", DEVBUF_DL_ONEAPI, NULL},
 };
 
 static const char *g_plugin_path, *g_fake_path;
@@ -267,14 +270,22 @@ static void default_library(void) {
     CHECK(rc == DEVBUF_ENODEV, "device_count returned %d: %s", rc, err.message);
     CHECK(count == 0, "count %d on failure", count);
     CHECK(err.message[0] != '\0', "no reason given");
-    if (loadable < 0)
+    /* No driver device node: the plugin answers without loading the library. */
+    int no_node = D->node != NULL && access(D->node, F_OK) != 0;
+    if (no_node)
+      snprintf(prefix, sizeof prefix, "no %s (", D->node);
+    else if (loadable < 0)
       snprintf(prefix, sizeof prefix, "dlopen %s: %s", D->libs[0], first_error);
     else
       snprintf(prefix, sizeof prefix, "%s: ", D->init_fn);
     CHECK(strncmp(err.message, prefix, strlen(prefix)) == 0, "reason '%s' does not start '%s'",
           err.message, prefix);
     printf("     no device, because %s\n", err.message);
-    if (loadable >= 0) {
+    if (no_node) {
+      char reason[DEVBUF_ERROR_MESSAGE_SIZE];
+      snprintf(reason, sizeof reason, "%s", err.message);
+      all_slots_fail(st, reason);
+    } else if (loadable >= 0) {
       /* The library was there: the plugin loaded it at first use, not before. */
       CHECK(vendor_loaded(), "device_count did not load the vendor library");
       char reason[DEVBUF_ERROR_MESSAGE_SIZE];

@@ -169,3 +169,35 @@ def test_calcsize_matches_struct_and_caches_only_plain_formats():
     assert devbuf.calcsize(b"<ih", "struct") == struct.calcsize(b"<ih")  # bytes, as struct
     with pytest.raises(TypeError):
         devbuf.calcsize(1)
+
+
+def test_format_objects_are_c_types_with_dataclass_manners():
+    # issue 16: Format and Field are C objects over the engine's result; they
+    # keep the dataclasses' attribute names, repr, equality, hash and pickle.
+    import pickle
+    f = devbuf.parse_format("T{i:a:(2)d:b:}")
+    assert type(f) is devbuf.Format and type(f.fields[0]) is devbuf.Field
+    assert f.fields is f.fields and f.fields[0].children is f.fields[0].children
+    a, b = f.fields[0].children
+    assert (a.name, a.code, a.offset, b.name, b.shape, b.offset, b.size) == \
+        ("a", "i", 0, "b", (2,), 8, 16)
+    g = devbuf.parse_format("T{i:a:(2)d:b:}")
+    assert f == g and hash(f) == hash(g) and f != devbuf.parse_format("T{i:a:d:b:}")
+    assert f.fields[0] == g.fields[0] and f.fields[0] != f
+    assert repr(f).startswith("Format(format='T{i:a:(2)d:b:}', mode='default', itemsize=24,")
+    assert "Field(name='a', kind='scalar', code='i'" in repr(f)
+    assert pickle.loads(pickle.dumps(f)) == f
+    assert pickle.loads(pickle.dumps(devbuf.parse_format("ii", "struct"))).mode == "struct"
+    # a Field outlives its Format (it keeps the engine's result alive)
+    fld = devbuf.parse_format("&T{h:x:}").fields[0]
+    assert fld.pointee.children[0].name == "x" and fld.pointee.children[0].code == "h"
+    with pytest.raises(AttributeError):
+        f.itemsize = 3
+    with pytest.raises(TypeError, match="'fmt' must be str"):
+        devbuf.parse_format(b"i")
+    with pytest.raises(ValueError, match="mode must be"):
+        devbuf.parse_format("i", "c")
+    with pytest.raises(TypeError, match="unexpected or repeated keyword argument 'bogus'"):
+        devbuf.parse_format("i", bogus=1)
+    assert devbuf.parse_format(fmt="i", mode="numpy", allow_unknown=True).mode == "numpy"
+    assert devbuf._devbuf._parse_format("i", "struct", plugins=False).mode == "struct"

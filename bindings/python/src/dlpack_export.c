@@ -22,12 +22,28 @@ typedef struct export_hold {
   DevbufPy_buffer_ext ext;
 } export_hold;
 
+/* A few released holds kept for the next export (malloc and free were a
+ * tenth of one); only touched with the GIL held. */
+enum { HOLD_FREELIST = 4 };
+static export_hold *g_hold_free[HOLD_FREELIST];
+static int g_hold_nfree;
+
+static export_hold *hold_alloc(void) {
+  if (g_hold_nfree > 0) return g_hold_free[--g_hold_nfree];
+  return PyMem_RawMalloc(sizeof(export_hold));
+}
+
+static void hold_free(export_hold *h) {
+  if (g_hold_nfree < HOLD_FREELIST) g_hold_free[g_hold_nfree++] = h;
+  else PyMem_RawFree(h);
+}
+
 static void hold_release(void *ctx) {
   export_hold *h = ctx;
   if (!Py_IsInitialized()) return; /* after finalisation: leak, never crash */
   PyGILState_STATE st = PyGILState_Ensure();
   DevbufPy_BufferRelease(&h->ext);
-  PyMem_RawFree(h);
+  hold_free(h);
   PyGILState_Release(st);
 }
 
@@ -181,13 +197,13 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
   devbuf_error err;
   devbuf_error_clear(&err);
   *out = NULL;
-  export_hold *h = PyMem_RawMalloc(sizeof *h);
+  export_hold *h = hold_alloc();
   if (h == NULL) {
     PyErr_NoMemory();
     return -1;
   }
   if (DevbufPy_GetBufferEx(obj, &h->ext, PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
-    PyMem_RawFree(h);
+    hold_free(h);
     return -1;
   }
   src_info s;
@@ -238,7 +254,7 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
       goto fail;
     }
     DevbufPy_BufferRelease(&h->ext);
-    PyMem_RawFree(h);
+    hold_free(h);
     h = NULL;
     PyObject *c = copy_to_device(obj, tid ? tid : s.identifier, tid ? tord : s.ordinal);
     if (c == NULL) {
@@ -319,7 +335,7 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
 fail:
   if (h) {
     DevbufPy_BufferRelease(&h->ext);
-    PyMem_RawFree(h);
+    hold_free(h);
   }
   return -1;
 }
@@ -328,14 +344,19 @@ fail:
 
 static void capsule_destructor(PyObject *cap, int versioned) {
   const char *live = versioned ? DEVBUF_DLPACK_CAPSULE_VERSIONED : DEVBUF_DLPACK_CAPSULE_LEGACY;
+  const char *used =
+      versioned ? DEVBUF_DLPACK_CAPSULE_VERSIONED_USED : DEVBUF_DLPACK_CAPSULE_LEGACY_USED;
+  /* The name read once (a destructor's capsule is valid); the consumed
+   * case, the common one, touches no exception state. */
+  const char *name = PyCapsule_GetName(cap);
+  if (name != NULL && strcmp(name, used) == 0) return;
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb); /* may run while an exception is being handled */
-  if (PyCapsule_IsValid(cap, live)) { /* never consumed: the deleter is ours to call */
-    void *m = PyCapsule_GetPointer(cap, live);
+  if (name != NULL && strcmp(name, live) == 0) { /* never consumed: the deleter is ours */
+    void *m = PyCapsule_GetPointer(cap, name);
     if (versioned) devbuf_dlpack_delete_versioned(m);
     else devbuf_dlpack_delete_legacy(m);
-  } else if (!PyCapsule_IsValid(cap, versioned ? DEVBUF_DLPACK_CAPSULE_VERSIONED_USED
-                                               : DEVBUF_DLPACK_CAPSULE_LEGACY_USED)) {
+  } else {
     PyErr_SetString(PyExc_RuntimeError, "DLPack capsule destroyed under an unexpected name");
     PyErr_WriteUnraisable(cap);
   }
@@ -343,6 +364,21 @@ static void capsule_destructor(PyObject *cap, int versioned) {
 }
 static void capsule_destructor_v(PyObject *cap) { capsule_destructor(cap, 1); }
 static void capsule_destructor_l(PyObject *cap) { capsule_destructor(cap, 0); }
+
+/* __dlpack__'s keywords, interned at init. Callers' keyword names are
+ * interned too (the compiler interns identifiers; NumPy's from_dlpack builds
+ * its kwnames from interned strings), so a pointer test finds them; the text
+ * comparison (a third of an export's cost when it ran first) is the fallback. */
+static const char *const g_kw_text[4] = {"stream", "max_version", "dl_device", "copy"};
+static PyObject *g_kw[4];
+
+static int kw_index(PyObject *k) {
+  for (int i = 0; i < 4; i++)
+    if (k == g_kw[i]) return i;
+  for (int i = 0; i < 4; i++)
+    if (PyUnicode_CompareWithASCIIString(k, g_kw_text[i]) == 0) return i;
+  return -1;
+}
 
 static PyObject *dlpack_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames) {
@@ -354,10 +390,11 @@ static PyObject *dlpack_method(PyObject *self, PyObject *const *args, Py_ssize_t
   Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   for (Py_ssize_t i = 0; i < nk; i++) {
     PyObject *k = PyTuple_GET_ITEM(kwnames, i), *val = args[i];
-    if (PyUnicode_CompareWithASCIIString(k, "stream") == 0) stream = val;
-    else if (PyUnicode_CompareWithASCIIString(k, "max_version") == 0) max_version = val;
-    else if (PyUnicode_CompareWithASCIIString(k, "dl_device") == 0) dl_device = val;
-    else if (PyUnicode_CompareWithASCIIString(k, "copy") == 0) copy_o = val;
+    int w = kw_index(k);
+    if (w == 0) stream = val;
+    else if (w == 1) max_version = val;
+    else if (w == 2) dl_device = val;
+    else if (w == 3) copy_o = val;
     else {
       PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument '%U'", k);
       return NULL;
@@ -743,6 +780,8 @@ static int install(PyTypeObject *type, const devbuf_dlpack_exchange_api *api) {
 
 int dbp_export_init(PyObject *module) {
   (void)module;
+  for (int i = 0; i < 4; i++)
+    if (g_kw[i] == NULL && (g_kw[i] = PyUnicode_InternFromString(g_kw_text[i])) == NULL) return -1;
   if (install(&DbpBuffer_Type, &g_api_devbuf) < 0) return -1;
   if (install(&DbpView_Type, &g_api_devbuf) < 0) return -1;
   if (install(&DbpForeign_Type, &g_api_foreign) < 0) return -1;

@@ -20,16 +20,32 @@ static PyObject *g_s_dlpack, *g_s_dlpack_device, *g_s_cai, *g_s_ai, *g_s_api_att
 /* ("stream", "max_version", "dl_device", "copy")[:n] for n = 0..4, and
  * devbuf's max_version: built once, they cost an import nothing. */
 static PyObject *g_kwnames[5], *g_max_version;
+/* ("max_version", "dl_device", "copy")[:n] for n = 0..3: the calls that
+ * leave stream at its default (None). */
+static PyObject *g_kwnames_ns[4];
 
 /* ---- ForeignArray ------------------------------------------------------------- */
 
+/* A few freed ForeignArrays kept for reuse: at ~2.8 KiB each, malloc and
+ * free were a fifth of a from_dlpack() (the type is final, the GIL guards it). */
+enum { FOREIGN_FREELIST = 4 };
+static DbpForeign *g_foreign_free[FOREIGN_FREELIST];
+static int g_foreign_nfree;
+
 static DbpForeign *foreign_alloc(int kind, PyObject *source) {
-  DbpForeign *f = PyObject_New(DbpForeign, &DbpForeign_Type);
-  if (f == NULL) return NULL;
+  DbpForeign *f;
+  if (g_foreign_nfree > 0) {
+    f = g_foreign_free[--g_foreign_nfree];
+    PyObject_Init((PyObject *)f, &DbpForeign_Type);
+  } else {
+    f = PyObject_New(DbpForeign, &DbpForeign_Type);
+    if (f == NULL) return NULL;
+  }
   /* Zero everything but the big arrays, which describe fills (a full
    * memset of ~2.5 KiB is a third of an import's cost). */
   memset((char *)f + sizeof(PyObject), 0, offsetof(DbpForeign, el_shape) - sizeof(PyObject));
-  memset(&f->info, 0, sizeof f->info);
+  /* `info` is zeroed where it is filled (foreign_prepare_device), only for
+   * device exports: a host import never reads it. */
   memset(&f->desc, 0, offsetof(devbuf_dlpack_desc, shape));
   f->weakreflist = NULL;
   f->kind = kind;
@@ -166,6 +182,7 @@ static int foreign_prepare_device(DbpForeign *f) {
   if (f->desc.flags & DEVBUF_DLPACK_READONLY) flags |= DEVBUF_DEVICE_INFO_READONLY;
   if (f->desc.flags & DEVBUF_DLPACK_HOST_ACCESSIBLE) flags |= DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE;
   int rc = foreign_open(f, &err);
+  memset(&f->info, 0, sizeof f->info);
   if (rc == DEVBUF_OK) {
     size_t size = 0;
     rc = devbuf_device_info_export(&f->dev, f->event, f->event ? f->stream : NULL, flags, &f->info,
@@ -287,7 +304,8 @@ static void foreign_dealloc(DbpForeign *f) {
     PyErr_Restore(t, v, tb);
   }
   Py_CLEAR(f->source);
-  PyObject_Free(f);
+  if (g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;
+  else PyObject_Free(f);
 }
 
 static const char *kind_name(int k) {
@@ -545,6 +563,20 @@ static PyObject *consumer_stream(DLDevice pd) {
  * when the method is missing. */
 static int producer_device(PyObject *obj, DLDevice *out, int *has) {
   *has = 0;
+  /* NumPy's ndarray is host memory by definition (its __dlpack_device__
+   * always answers (kDLCPU, 0)): skip the round trip, a third of an import.
+   * Only the exact C type: a subclass may say otherwise. A Python class's
+   * tp_name has no dot, so no other type can pass this name test. */
+  static PyTypeObject *ndarray;
+  PyTypeObject *type = Py_TYPE(obj);
+  if (type == ndarray || (ndarray == NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+                          strcmp(type->tp_name, "numpy.ndarray") == 0)) {
+    ndarray = type;
+    out->device_type = kDLCPU;
+    out->device_id = 0;
+    *has = 1;
+    return 0;
+  }
   PyObject *r = PyObject_CallMethodNoArgs(obj, g_s_dlpack_device);
   if (r == NULL) {
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -572,15 +604,21 @@ static int producer_device(PyObject *obj, DLDevice *out, int *has) {
 /* Call obj.__dlpack__ with what the producer understands: the full
  * keywords first, then without dl_device/copy (*dropped = 1), then the
  * pre-2023 forms. */
-static PyObject *call_dlpack(PyObject *obj, PyObject *stream, PyObject *dl_device, PyObject *copy,
-                             int *dropped) {
+static PyObject *call_dlpack(PyObject *obj, PyObject *fn, PyObject *stream, PyObject *dl_device,
+                             PyObject *copy, int *dropped) {
   int extra = dl_device != Py_None || copy != Py_None;
+  /* stream=None is the default: leaving it out spares the producer parsing
+   * a keyword (NumPy's own from_dlpack leaves it out too). */
+  int ns = stream == Py_None;
   const int tries_full[] = {4, 2, 1, 0}, tries_short[] = {2, 1, 0};
-  const int *tries = extra ? tries_full : tries_short;
-  int ntries = extra ? 4 : 3;
-  PyObject *fn = PyObject_GetAttr(obj, g_s_dlpack);
-  if (fn == NULL) return NULL;
-  PyObject *vals[4] = {stream, g_max_version, dl_device, copy};
+  const int tries_full_ns[] = {3, 1, 0}, tries_short_ns[] = {1, 0};
+  const int *tries = extra ? (ns ? tries_full_ns : tries_full) : (ns ? tries_short_ns : tries_short);
+  int ntries = (extra ? 4 : 3) - ns;
+  int nall = 4 - ns;
+  /* argv[0] is obj, for the method call without a bound method object. */
+  PyObject *argv[5] = {obj, stream, g_max_version, dl_device, copy};
+  PyObject **vals = argv + 1 + ns, **names = ns ? g_kwnames_ns : g_kwnames;
+  if (ns) vals[-1] = obj;
   PyObject *r = NULL;
   *dropped = 0;
   for (int a = 0; a < ntries; a++) {
@@ -591,11 +629,12 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *stream, PyObject *dl_devic
       PyErr_Clear();
     }
     int n = tries[a];
-    if (extra && n < 4) *dropped = 1;
-    r = PyObject_Vectorcall(fn, vals, 0, g_kwnames[n]);
+    if (extra && n < nall) *dropped = 1;
+    /* fn: an instance attribute the caller found; else the type's method. */
+    r = fn != NULL ? PyObject_Vectorcall(fn, vals, 0, names[n])
+                   : PyObject_VectorcallMethod(g_s_dlpack, vals - 1, 1, names[n]);
     if (r != NULL) break;
   }
-  Py_DECREF(fn);
   return r;
 }
 
@@ -617,14 +656,16 @@ static int after_stream_import(DbpForeign *f) {
   return foreign_record(f, NULL, "DLPack import");
 }
 
-static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObject *copy,
-                                      int *dropped, int legacy_writable) {
+/* fn: obj.__dlpack__ when the caller found it on the instance, else NULL
+ * (the type's method is called). */
+static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *fn, PyObject *dl_device,
+                                      PyObject *copy, int *dropped, int legacy_writable) {
   DLDevice pd;
   int has = 0;
   if (producer_device(obj, &pd, &has) < 0) return NULL;
   PyObject *stream = has ? consumer_stream(pd) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
-  PyObject *cap = call_dlpack(obj, stream, dl_device, copy, dropped);
+  PyObject *cap = call_dlpack(obj, fn, stream, dl_device, copy, dropped);
   /* The producer cannot reach that device (NumPy only knows the CPU): take
    * the tensor where it is and let devbuf's plugins move it. The standard
    * says BufferError; NumPy 2.1-2.2 raise ValueError("unsupported device
@@ -633,7 +674,7 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *dl_device, PyObje
   if (cap == NULL && dl_device != Py_None &&
       (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
     PyErr_Clear();
-    cap = call_dlpack(obj, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
+    cap = call_dlpack(obj, fn, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
     *dropped = 1;
   }
   Py_DECREF(stream);
@@ -886,9 +927,17 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
   for (int step = 0; step < 3 && f == NULL; step++) {
     PyObject *d = NULL;
     if (step == 0) {
-      if (!PyObject_HasAttr(obj, g_s_dlpack)) continue;
+      /* The type's method through its cache (no attribute error made and
+       * cleared, as PyObject_HasAttr does), else an instance attribute. */
+      PyObject *fn = NULL;
+      if (_PyType_Lookup(Py_TYPE(obj), g_s_dlpack) == NULL) {
+        /* As PyObject_HasAttr did: a failing __getattr__ means "no". */
+        if (dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) PyErr_Clear();
+        if (fn == NULL) continue;
+      }
       int dropped;
-      f = (PyObject *)import_dlpack_call(obj, Py_None, Py_None, &dropped, 0);
+      f = (PyObject *)import_dlpack_call(obj, fn, Py_None, Py_None, &dropped, 0);
+      Py_XDECREF(fn);
     } else {
       if (dbp_compat_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
       if (d == NULL) continue;
@@ -994,18 +1043,30 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
   int dropped = 1; /* the producer did not handle device/copy */
   const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
   if (api == NULL && PyErr_Occurred()) return NULL;
+  /* obj.__dlpack__: the type's method (found through the type's method
+   * cache, called without binding it), else an instance attribute. */
+  PyObject *fn = NULL;
+  int has_method = 0;
+  if (api == NULL || copy == 1) {
+    has_method = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack) != NULL;
+    if (!has_method && dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
+  }
   if (api != NULL && copy != 1) {
     f = import_exchange(obj, api);
-  } else if (PyObject_HasAttr(obj, g_s_dlpack)) {
+  } else if (has_method || fn != NULL) {
     PyObject *dl = Py_None;
     if (has_dl) {
       dl = Py_BuildValue("(ii)", (int)tdl.device_type, (int)tdl.device_id);
-      if (dl == NULL) return NULL;
+      if (dl == NULL) {
+        Py_XDECREF(fn);
+        return NULL;
+      }
     } else {
       Py_INCREF(dl);
     }
-    f = import_dlpack_call(obj, dl, copy_o, &dropped, legacy_writable);
+    f = import_dlpack_call(obj, fn, dl, copy_o, &dropped, legacy_writable);
     Py_DECREF(dl);
+    Py_XDECREF(fn);
   } else {
     PyErr_Format(PyExc_TypeError,
                  "from_dlpack() needs an object with __dlpack__ (or a type with %s), not "
@@ -1110,6 +1171,15 @@ int dbp_import_init(PyObject *module) {
   g_s_api_attr = PyUnicode_InternFromString(DEVBUF_DLPACK_EXCHANGE_API_ATTR);
   if (!g_s_dlpack || !g_s_dlpack_device || !g_s_cai || !g_s_ai || !g_s_api_attr) return -1;
   static const char *const kw[] = {"stream", "max_version", "dl_device", "copy"};
+  for (int n = 0; n <= 3; n++) {
+    g_kwnames_ns[n] = PyTuple_New(n);
+    if (g_kwnames_ns[n] == NULL) return -1;
+    for (int i = 0; i < n; i++) {
+      PyObject *k = PyUnicode_InternFromString(kw[i + 1]);
+      if (k == NULL) return -1;
+      PyTuple_SET_ITEM(g_kwnames_ns[n], i, k);
+    }
+  }
   for (int n = 0; n <= 4; n++) {
     g_kwnames[n] = PyTuple_New(n);
     if (g_kwnames[n] == NULL) return -1;

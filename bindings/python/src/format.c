@@ -1,9 +1,10 @@
 /* format.c: the format-string engine (registry/include/devbuf/format.h) and
  * dtype namespaces defined in Python.
  *
- * parse_format builds a tree of dicts; devbuf/_format.py registers a hook
- * (_set_format_factory) that turns it into devbuf.Format objects, so that
- * DeviceView.dtype and devbuf.parse_format return the same thing.
+ * parse_format and DeviceView.dtype return a devbuf.Format: a C object over
+ * the engine's result whose attributes are made on first read (see "Format
+ * and Field" below); devbuf/_format.py registers a hook (_set_format_factory)
+ * that turns a custom item's dict into devbuf.Custom.
  *
  * Python namespaces: the registry calls a C trampoline (py_interpret) that
  * takes the GIL, calls the Python callable and fills the devbuf_dtype_desc.
@@ -19,7 +20,7 @@
 
 #include "devbuf/format.h"
 
-/* The callable(dict) -> Format of this interpreter's devbuf package. */
+/* The callable(dict) -> devbuf.Custom of this interpreter's devbuf package. */
 #define DBP_FORMAT_FACTORY_KEY "devbuf.format_factory"
 static PyObject *g_namespaces;     /* id -> capsule of PyNamespace */
 
@@ -77,6 +78,209 @@ static const char *alt_state_name(int s) {
   return s >= 0 && s < 4 ? names[s] : "unknown";
 }
 
+/* ---- Format and Field: C objects over the engine's result ------------------------------
+ *
+ * A Format owns the engine's devbuf_format (in a FmtData, shared with its
+ * Fields because they point into its arena) and builds Python values only
+ * when an attribute is read: parse_format then costs about what the parse
+ * costs. Fields are made on the first read of Format.fields (or of
+ * Field.children / .pointee) and kept, so repeated reads return the same
+ * objects. Field.custom is the Python devbuf.Custom, made by the factory
+ * devbuf/_format.py registers (custom items are rare; their record is big).
+ *
+ * No reference cycle: Format -> Field -> FmtData, never back to the Format,
+ * so neither type needs the GC. FmtData's count is only touched with the GIL. */
+
+typedef struct FmtData {
+  Py_ssize_t refs;
+  devbuf_format f; /* never moves: its fields point into its own arena */
+} FmtData;
+
+static void fmtdata_decref(FmtData *d) {
+  if (d != NULL && --d->refs == 0) {
+    devbuf_format_release(&d->f);
+    PyMem_RawFree(d);
+  }
+}
+
+typedef struct DbpFormat {
+  PyObject_HEAD
+  FmtData *data;
+  PyObject *format;    /* the string as given */
+  PyObject *canonical; /* made on first read */
+  PyObject *fields;    /* tuple of Field, made on first read */
+} DbpFormat;
+
+typedef struct DbpField {
+  PyObject_HEAD
+  FmtData *data;
+  const devbuf_format_field *f; /* points into data->f */
+  PyObject *children;           /* made on first read */
+  PyObject *pointee;            /* made on first read (None when absent) */
+  PyObject *custom;             /* made on first read (None when absent) */
+} DbpField;
+
+static PyTypeObject DbpFormat_Type, DbpField_Type;
+static PyObject *g_mode_str[3], *g_bo_str[128];
+
+static PyObject *field_new(FmtData *data, const devbuf_format_field *f) {
+  DbpField *o = PyObject_New(DbpField, &DbpField_Type);
+  if (o == NULL) return NULL;
+  data->refs++;
+  o->data = data;
+  o->f = f;
+  o->children = o->pointee = o->custom = NULL;
+  return (PyObject *)o;
+}
+
+/* Tuple of Fields for the sibling list starting at `f`. */
+static PyObject *field_tuple(FmtData *data, const devbuf_format_field *first) {
+  Py_ssize_t n = 0;
+  for (const devbuf_format_field *f = first; f != NULL; f = f->next) n++;
+  PyObject *t = PyTuple_New(n);
+  if (t == NULL) return NULL;
+  Py_ssize_t i = 0;
+  for (const devbuf_format_field *f = first; f != NULL; f = f->next, i++) {
+    PyObject *o = field_new(data, f);
+    if (o == NULL) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, o);
+  }
+  return t;
+}
+
+/* Store a lazily made value in its slot, unless another thread filled it
+ * while this one made it (making one can run Python code and switch
+ * threads): the first one wins, so repeated reads return the same object. */
+static PyObject *settle(PyObject **slot, PyObject *made) {
+  if (made == NULL) return NULL;
+  if (*slot == NULL) *slot = made;
+  else Py_DECREF(made);
+  return Py_NewRef(*slot);
+}
+
+static PyObject *bo_str(char c) {
+  unsigned char u = (unsigned char)c;
+  return Py_NewRef(u < 128 && g_bo_str[u] != NULL ? g_bo_str[u] : g_bo_str['@']);
+}
+
+/* ---- Format attributes ---- */
+
+static PyObject *fmt_format(DbpFormat *o, void *c) { return Py_NewRef(o->format); }
+static PyObject *fmt_mode(DbpFormat *o, void *c) {
+  return Py_NewRef(g_mode_str[o->data->f.flags & DEVBUF_FORMAT_MODE_MASK & 3]);
+}
+static PyObject *fmt_itemsize(DbpFormat *o, void *c) {
+  return PyLong_FromUnsignedLongLong(o->data->f.itemsize);
+}
+static PyObject *fmt_alignment(DbpFormat *o, void *c) {
+  return PyLong_FromUnsignedLongLong(o->data->f.alignment);
+}
+static PyObject *fmt_info(DbpFormat *o, void *bit) {
+  return PyBool_FromLong((o->data->f.info & (uint32_t)(uintptr_t)bit) != 0);
+}
+static PyObject *fmt_end_byteorder(DbpFormat *o, void *c) { return bo_str(o->data->f.end_byteorder); }
+
+static PyObject *fmt_canonical(DbpFormat *o, void *c) {
+  if (o->canonical != NULL) return Py_NewRef(o->canonical);
+  char small[256];
+  PyObject *made;
+  size_t need = devbuf_format_print(&o->data->f, small, sizeof small);
+  if (need < sizeof small) {
+    made = PyUnicode_FromStringAndSize(small, (Py_ssize_t)need);
+  } else {
+    char *big = PyMem_Malloc(need + 1);
+    if (big == NULL) return PyErr_NoMemory();
+    devbuf_format_print(&o->data->f, big, need + 1);
+    made = PyUnicode_FromStringAndSize(big, (Py_ssize_t)need);
+    PyMem_Free(big);
+  }
+  return settle(&o->canonical, made);
+}
+
+static PyObject *fmt_fields(DbpFormat *o, void *c) {
+  if (o->fields != NULL) return Py_NewRef(o->fields);
+  return settle(&o->fields, field_tuple(o->data, o->data->f.fields));
+}
+
+static PyGetSetDef fmt_getset[] = {
+    {"format", (getter)fmt_format, NULL, "the format string as given", NULL},
+    {"mode", (getter)fmt_mode, NULL, "'default', 'struct' or 'numpy'", NULL},
+    {"itemsize", (getter)fmt_itemsize, NULL, "bytes per item", NULL},
+    {"alignment", (getter)fmt_alignment, NULL, "alignment of an item", NULL},
+    {"canonical", (getter)fmt_canonical, NULL, "the format as the engine prints it", NULL},
+    {"fields", (getter)fmt_fields, NULL, "top-level fields: a tuple of devbuf.Field", NULL},
+    {"has_custom", (getter)fmt_info, NULL, "a [id$payload] item appears",
+     (void *)(uintptr_t)DEVBUF_FORMAT_HAS_CUSTOM},
+    {"has_unknown", (getter)fmt_info, NULL, "a custom item was not understood",
+     (void *)(uintptr_t)DEVBUF_FORMAT_HAS_UNKNOWN},
+    {"has_pointers", (getter)fmt_info, NULL, "P, O, & or X appear",
+     (void *)(uintptr_t)DEVBUF_FORMAT_HAS_POINTERS},
+    {"non_native", (getter)fmt_info, NULL, "some item is not in native byte order",
+     (void *)(uintptr_t)DEVBUF_FORMAT_NON_NATIVE},
+    {"end_byteorder", (getter)fmt_end_byteorder, NULL, "byte-order state after the last character",
+     NULL},
+    {NULL},
+};
+
+/* ---- Field attributes ---- */
+
+static PyObject *fld_name(DbpField *o, void *c) {
+  if (o->f->name == NULL) Py_RETURN_NONE;
+  return PyUnicode_FromString(o->f->name);
+}
+static PyObject *fld_kind(DbpField *o, void *c) {
+  unsigned k = o->f->kind;
+  return PyUnicode_FromString(field_kind_name((int)k));
+}
+static PyObject *fld_code(DbpField *o, void *c) {
+  /* one-character str are cached by CPython: no allocation for most codes */
+  return PyUnicode_FromStringAndSize(o->f->code, (Py_ssize_t)strnlen(o->f->code, sizeof o->f->code));
+}
+static PyObject *fld_u64(DbpField *o, void *which) {
+  const devbuf_format_field *f = o->f;
+  uint64_t v;
+  switch ((uintptr_t)which) {
+    case 0: v = f->offset; break;
+    case 1: v = f->size; break;
+    case 2: v = f->elem_size; break;
+    case 3: v = f->count; break;
+    case 4: v = f->alignment; break;
+    case 5: v = f->bit_offset; break;
+    default: v = f->src_offset; break;
+  }
+  return PyLong_FromUnsignedLongLong(v);
+}
+static PyObject *fld_byteorder(DbpField *o, void *c) { return bo_str(o->f->byteorder); }
+static PyObject *fld_big_endian(DbpField *o, void *c) { return PyBool_FromLong(o->f->big_endian); }
+static PyObject *fld_dtype_kind(DbpField *o, void *c) {
+  return PyUnicode_FromString(dtype_kind_name(o->f->dtype_kind));
+}
+static PyObject *fld_shape(DbpField *o, void *c) {
+  PyObject *shape = PyTuple_New(o->f->ndim);
+  if (shape == NULL) return NULL;
+  for (uint16_t i = 0; i < o->f->ndim; i++) {
+    PyObject *x = PyLong_FromUnsignedLongLong(o->f->shape[i]);
+    if (x == NULL) {
+      Py_DECREF(shape);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(shape, i, x);
+  }
+  return shape;
+}
+static PyObject *fld_children(DbpField *o, void *c) {
+  if (o->children != NULL) return Py_NewRef(o->children);
+  return settle(&o->children, field_tuple(o->data, o->f->children));
+}
+static PyObject *fld_pointee(DbpField *o, void *c) {
+  if (o->pointee != NULL) return Py_NewRef(o->pointee);
+  return settle(&o->pointee,
+                o->f->pointee ? field_new(o->data, o->f->pointee) : Py_NewRef(Py_None));
+}
+
 static PyObject *desc_dict(const devbuf_dtype_desc *d) {
   PyObject *dl = d->dlpack_code >= 0 ? Py_BuildValue("(iI)", d->dlpack_code, d->dlpack_bits)
                                      : Py_NewRef(Py_None);
@@ -87,148 +291,242 @@ static PyObject *desc_dict(const devbuf_dtype_desc *d) {
                        d->canonical, "plain_format", d->plain_format);
 }
 
-static PyObject *fields_list(const devbuf_format_field *f, int depth);
-
-static PyObject *field_dict(const devbuf_format_field *f, int depth) {
-  if (depth > 64) {
-    PyErr_SetString(PyExc_RecursionError, "format nests too deeply to describe");
+/* The custom item as a dict, handed to the package's factory (devbuf.Custom). */
+static PyObject *custom_dict(const devbuf_format_custom *c) {
+  PyObject *alts = PyTuple_New(c->nalts);
+  PyObject *desc = c->chosen >= 0 ? desc_dict(&c->desc) : Py_NewRef(Py_None);
+  for (uint32_t i = 0; alts && desc && i < c->nalts; i++) {
+    const devbuf_format_alt *a = &c->alts[i];
+    PyObject *ad = Py_BuildValue("{s:s,s:s,s:I,s:s,s:s}", "id", a->id, "payload", a->payload,
+                                 "offset", a->offset, "state", alt_state_name(a->state),
+                                 "status", a->status ? devbuf_status_name(a->status) : "");
+    if (ad == NULL) {
+      Py_CLEAR(alts);
+      break;
+    }
+    PyTuple_SET_ITEM(alts, i, ad);
+  }
+  if (alts == NULL || desc == NULL) {
+    Py_XDECREF(alts);
+    Py_XDECREF(desc);
     return NULL;
   }
-  PyObject *shape = PyTuple_New(f->ndim);
-  if (shape == NULL) return NULL;
-  for (uint16_t i = 0; i < f->ndim; i++) {
-    PyObject *x = PyLong_FromUnsignedLongLong(f->shape[i]);
-    if (x == NULL) {
-      Py_DECREF(shape);
-      return NULL;
-    }
-    PyTuple_SET_ITEM(shape, i, x);
-  }
-  PyObject *children = fields_list(f->children, depth + 1);
-  PyObject *pointee = f->pointee ? field_dict(f->pointee, depth + 1) : Py_NewRef(Py_None);
-  PyObject *custom = Py_NewRef(Py_None);
-  if (f->custom != NULL && children && pointee) {
-    const devbuf_format_custom *c = f->custom;
-    PyObject *alts = PyTuple_New(c->nalts);
-    PyObject *desc = c->chosen >= 0 ? desc_dict(&c->desc) : Py_NewRef(Py_None);
-    for (uint32_t i = 0; alts && desc && i < c->nalts; i++) {
-      const devbuf_format_alt *a = &c->alts[i];
-      PyObject *ad = Py_BuildValue("{s:s,s:s,s:I,s:s,s:s}", "id", a->id, "payload", a->payload,
-                                   "offset", a->offset, "state", alt_state_name(a->state),
-                                   "status", a->status ? devbuf_status_name(a->status) : "");
-      if (ad == NULL) {
-        Py_CLEAR(alts);
-        break;
-      }
-      PyTuple_SET_ITEM(alts, i, ad);
-    }
-    Py_DECREF(custom);
-    custom = alts && desc ? Py_BuildValue("{s:N,s:i,s:O,s:N}", "alternatives", alts, "chosen",
-                                          c->chosen, "is_complex", c->is_complex ? Py_True : Py_False,
-                                          "desc", desc)
-                          : NULL;
-    if (custom == NULL) {
-      Py_XDECREF(alts);
-      Py_XDECREF(desc);
-    }
-  }
-  if (children == NULL || pointee == NULL || custom == NULL) {
-    Py_DECREF(shape);
-    Py_XDECREF(children);
-    Py_XDECREF(pointee);
-    Py_XDECREF(custom);
-    return NULL;
-  }
-  char bo[2] = {f->byteorder, 0};
-  return Py_BuildValue(
-      "{s:z,s:s,s:s,s:K,s:K,s:K,s:K,s:I,s:s,s:O,s:s,s:N,s:N,s:N,s:N,s:I,s:I}", "name", f->name,
-      "kind", field_kind_name(f->kind), "code", f->code, "offset", (unsigned long long)f->offset,
-      "size", (unsigned long long)f->size, "elem_size", (unsigned long long)f->elem_size, "count",
-      (unsigned long long)f->count, "alignment", f->alignment, "byteorder", bo, "big_endian",
-      f->big_endian ? Py_True : Py_False, "dtype_kind", dtype_kind_name(f->dtype_kind), "shape",
-      shape, "children", children, "pointee", pointee, "custom", custom, "bit_offset",
-      (unsigned)f->bit_offset, "src_offset", f->src_offset);
+  return Py_BuildValue("{s:N,s:i,s:O,s:N}", "alternatives", alts, "chosen", c->chosen,
+                       "is_complex", c->is_complex ? Py_True : Py_False, "desc", desc);
 }
 
-static PyObject *fields_list(const devbuf_format_field *f, int depth) {
-  PyObject *out = PyList_New(0);
-  if (out == NULL) return NULL;
-  for (; f != NULL; f = f->next) {
-    PyObject *d = field_dict(f, depth);
-    if (d == NULL || PyList_Append(out, d) < 0) {
-      Py_XDECREF(d);
-      Py_DECREF(out);
-      return NULL;
-    }
-    Py_DECREF(d);
+static PyObject *fld_custom(DbpField *o, void *c) {
+  if (o->custom != NULL) return Py_NewRef(o->custom);
+  if (o->f->custom == NULL) return settle(&o->custom, Py_NewRef(Py_None));
+  PyObject *d = custom_dict(o->f->custom);
+  PyObject *factory = d != NULL ? dbp_interp_get(DBP_FORMAT_FACTORY_KEY) : NULL;
+  if (d == NULL || (factory == NULL && PyErr_Occurred())) {
+    Py_XDECREF(d);
+    return NULL;
   }
-  PyObject *t = PyList_AsTuple(out);
-  Py_DECREF(out);
+  /* Without the package (the bare extension), the dict itself. */
+  PyObject *made = factory != NULL ? PyObject_CallOneArg(factory, d) : Py_NewRef(d);
+  Py_DECREF(d);
+  return settle(&o->custom, made);
+}
+
+static PyGetSetDef fld_getset[] = {
+    {"name", (getter)fld_name, NULL, "the field's name, or None", NULL},
+    {"kind", (getter)fld_kind, NULL,
+     "scalar, padding, struct, pointer, function, custom or bits", NULL},
+    {"code", (getter)fld_code, NULL, "the code as written: 'i', 'Zd', 'T', '&', '[' ...", NULL},
+    {"offset", (getter)fld_u64, NULL, "bytes from the start of the enclosing struct", (void *)0},
+    {"size", (getter)fld_u64, NULL, "bytes the field occupies", (void *)1},
+    {"elem_size", (getter)fld_u64, NULL, "bytes of one element", (void *)2},
+    {"count", (getter)fld_u64, NULL, "the repeat count written before the code", (void *)3},
+    {"alignment", (getter)fld_u64, NULL, "alignment applied to the field", (void *)4},
+    {"byteorder", (getter)fld_byteorder, NULL, "byte-order state in force", NULL},
+    {"big_endian", (getter)fld_big_endian, NULL, "multi-byte values are big-endian", NULL},
+    {"dtype_kind", (getter)fld_dtype_kind, NULL, "kind of the elements (int, float, ...)", NULL},
+    {"shape", (getter)fld_shape, NULL, "the (shape) written before the code", NULL},
+    {"children", (getter)fld_children, NULL, "members of a struct or function: Fields", NULL},
+    {"pointee", (getter)fld_pointee, NULL, "target of & / return of X, or None", NULL},
+    {"custom", (getter)fld_custom, NULL, "devbuf.Custom of a [id$payload] item, or None", NULL},
+    {"bit_offset", (getter)fld_u64, NULL, "first bit of a t field within its byte", (void *)5},
+    {"src_offset", (getter)fld_u64, NULL, "byte offset of the field in the format string",
+     (void *)6},
+    {NULL},
+};
+
+/* ---- repr, equality, hash: as the dataclasses they replace ---- */
+
+static const char *const fmt_attrs[] = {"format",      "mode",        "itemsize",   "alignment",
+                                        "canonical",   "fields",      "has_custom", "has_unknown",
+                                        "has_pointers", "non_native", "end_byteorder", NULL};
+static const char *const fld_attrs[] = {"name",       "kind",     "code",      "offset",    "size",
+                                        "elem_size",  "count",    "alignment", "byteorder",
+                                        "big_endian", "dtype_kind", "shape",   "children",
+                                        "pointee",    "custom",   "bit_offset", "src_offset",
+                                        NULL};
+
+/* Every attribute, in declaration order, as a tuple. */
+static PyObject *attr_tuple(PyObject *self, const char *const *names) {
+  Py_ssize_t n = 0;
+  while (names[n] != NULL) n++;
+  PyObject *t = PyTuple_New(n);
+  for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+    PyObject *v = PyObject_GetAttrString(self, names[i]);
+    if (v == NULL) Py_CLEAR(t);
+    else PyTuple_SET_ITEM(t, i, v);
+  }
   return t;
 }
 
-static PyObject *describe(const char *fmt, Py_ssize_t len, uint32_t flags) {
-  devbuf_format *f = PyMem_RawMalloc(sizeof *f); /* ~2 KiB: not on the stack */
-  if (f == NULL) return PyErr_NoMemory();
+static PyObject *obj_repr(PyObject *self, const char *const *names) {
+  int rc = Py_ReprEnter(self);
+  if (rc != 0) return rc > 0 ? PyUnicode_FromFormat("%s(...)", Py_TYPE(self)->tp_name) : NULL;
+  PyObject *parts = PyList_New(0), *out = NULL;
+  for (size_t i = 0; parts != NULL && names[i] != NULL; i++) {
+    PyObject *v = PyObject_GetAttrString(self, names[i]);
+    PyObject *s = v ? PyUnicode_FromFormat("%s=%R", names[i], v) : NULL;
+    Py_XDECREF(v);
+    if (s == NULL || PyList_Append(parts, s) < 0) Py_CLEAR(parts);
+    Py_XDECREF(s);
+  }
+  PyObject *sep = parts ? PyUnicode_FromString(", ") : NULL;
+  PyObject *body = sep ? PyUnicode_Join(sep, parts) : NULL;
+  const char *tn = strrchr(Py_TYPE(self)->tp_name, '.');
+  if (body) out = PyUnicode_FromFormat("%s(%U)", tn ? tn + 1 : Py_TYPE(self)->tp_name, body);
+  Py_XDECREF(sep);
+  Py_XDECREF(body);
+  Py_XDECREF(parts);
+  Py_ReprLeave(self);
+  return out;
+}
+
+static PyObject *obj_richcompare(PyObject *a, PyObject *b, int op, const char *const *names) {
+  if ((op != Py_EQ && op != Py_NE) || Py_TYPE(a) != Py_TYPE(b)) Py_RETURN_NOTIMPLEMENTED;
+  if (a == b) return PyBool_FromLong(op == Py_EQ);
+  PyObject *ta = attr_tuple(a, names), *tb = ta ? attr_tuple(b, names) : NULL;
+  PyObject *r = tb ? PyObject_RichCompare(ta, tb, op) : NULL;
+  Py_XDECREF(ta);
+  Py_XDECREF(tb);
+  return r;
+}
+
+static Py_hash_t obj_hash(PyObject *self, const char *const *names) {
+  PyObject *t = attr_tuple(self, names);
+  Py_hash_t h = t ? PyObject_Hash(t) : -1;
+  Py_XDECREF(t);
+  return h;
+}
+
+static PyObject *fmt_repr(PyObject *s) { return obj_repr(s, fmt_attrs); }
+static PyObject *fld_repr(PyObject *s) { return obj_repr(s, fld_attrs); }
+static PyObject *fmt_richcompare(PyObject *a, PyObject *b, int op) {
+  return obj_richcompare(a, b, op, fmt_attrs);
+}
+static PyObject *fld_richcompare(PyObject *a, PyObject *b, int op) {
+  return obj_richcompare(a, b, op, fld_attrs);
+}
+static Py_hash_t fmt_hash(PyObject *s) { return obj_hash(s, fmt_attrs); }
+static Py_hash_t fld_hash(PyObject *s) { return obj_hash(s, fld_attrs); }
+
+static void fmt_dealloc(DbpFormat *o) {
+  Py_XDECREF(o->format);
+  Py_XDECREF(o->canonical);
+  Py_XDECREF(o->fields);
+  fmtdata_decref(o->data);
+  PyObject_Free(o);
+}
+
+static void fld_dealloc(DbpField *o) {
+  Py_XDECREF(o->children);
+  Py_XDECREF(o->pointee);
+  Py_XDECREF(o->custom);
+  fmtdata_decref(o->data);
+  PyObject_Free(o);
+}
+
+static PyObject *parse_flags(PyObject *fmt, uint32_t flags);
+
+/* Pickled as what parses it again (in the unpickling interpreter's registry). */
+static PyObject *fmt_reduce(DbpFormat *o, PyObject *unused) {
+  PyObject *mod = PyImport_ImportModule("devbuf._devbuf");
+  PyObject *fn = mod ? PyObject_GetAttrString(mod, "_format_from_flags") : NULL;
+  Py_XDECREF(mod);
+  if (fn == NULL) return NULL;
+  return Py_BuildValue("N(OI)", fn, o->format, (unsigned)o->data->f.flags);
+}
+
+static PyMethodDef fmt_methods[] = {
+    {"__reduce__", (PyCFunction)fmt_reduce, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject DbpFormat_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.Format",
+    .tp_basicsize = sizeof(DbpFormat),
+    .tp_dealloc = (destructor)fmt_dealloc,
+    .tp_repr = fmt_repr,
+    .tp_hash = fmt_hash,
+    .tp_richcompare = fmt_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A parsed buffer-protocol format string (devbuf.parse_format). Immutable; "
+              "attributes are computed from the engine's result on first read.",
+    .tp_getset = fmt_getset,
+    .tp_methods = fmt_methods,
+};
+
+static PyTypeObject DbpField_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.Field",
+    .tp_basicsize = sizeof(DbpField),
+    .tp_dealloc = (destructor)fld_dealloc,
+    .tp_repr = fld_repr,
+    .tp_hash = fld_hash,
+    .tp_richcompare = fld_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One field of a devbuf.Format. Immutable.",
+    .tp_getset = fld_getset,
+};
+
+/* ---- parsing ---- */
+
+/* Parse `s` (the UTF-8 of `fmt_obj`, or of a C string when fmt_obj is NULL). */
+static PyObject *describe_obj(PyObject *fmt_obj, const char *fmt, Py_ssize_t len, uint32_t flags) {
+  /* ~2 KiB and never moved (fields point into it): off the stack, not zeroed */
+  FmtData *d = PyMem_RawMalloc(sizeof *d);
+  if (d == NULL) return PyErr_NoMemory();
+  d->refs = 1;
+  d->f.struct_size = sizeof d->f;
   devbuf_error err;
   devbuf_error_clear(&err);
-  f->struct_size = sizeof *f;
-  int rc = devbuf_format_parse(fmt, (size_t)len, flags, f, &err);
-  PyObject *out = NULL;
+  int rc = devbuf_format_parse(fmt, (size_t)len, flags, &d->f, &err);
   if (rc != DEVBUF_OK) {
-    size_t off = (size_t)f->error_offset;
-    devbuf_format_release(f);
-    PyMem_RawFree(f);
+    size_t off = (size_t)d->f.error_offset;
+    fmtdata_decref(d);
     if (rc == DEVBUF_EFORMAT || rc == DEVBUF_ENOTFOUND || rc == DEVBUF_EINVAL)
       return raise_engine(fmt, (size_t)len, off, &err);
     return dbp_raise(&err);
   }
-  char canon[512];
-  size_t need = devbuf_format_print(f, canon, sizeof canon);
-  PyObject *canonical = NULL;
-  if (need < sizeof canon) {
-    canonical = PyUnicode_FromString(canon);
-  } else {
-    char *big = PyMem_Malloc(need + 1);
-    if (big) {
-      devbuf_format_print(f, big, need + 1);
-      canonical = PyUnicode_FromString(big);
-      PyMem_Free(big);
-    } else {
-      PyErr_NoMemory();
-    }
+  PyObject *s = fmt_obj ? Py_NewRef(fmt_obj) : PyUnicode_FromStringAndSize(fmt, len);
+  DbpFormat *o = s ? PyObject_New(DbpFormat, &DbpFormat_Type) : NULL;
+  if (o == NULL) {
+    Py_XDECREF(s);
+    fmtdata_decref(d);
+    return NULL;
   }
-  PyObject *fields = canonical ? fields_list(f->fields, 0) : NULL;
-  const char *mode = (flags & DEVBUF_FORMAT_MODE_MASK) == DEVBUF_FORMAT_STRUCT  ? "struct"
-                     : (flags & DEVBUF_FORMAT_MODE_MASK) == DEVBUF_FORMAT_NUMPY ? "numpy"
-                                                                                 : "default";
-  if (fields != NULL) {
-    char bo[2] = {f->end_byteorder, 0};
-    out = Py_BuildValue("{s:s#,s:s,s:K,s:K,s:N,s:N,s:O,s:O,s:O,s:O,s:s}", "format", fmt, len,
-                        "mode", mode, "itemsize", (unsigned long long)f->itemsize, "alignment",
-                        (unsigned long long)f->alignment, "canonical", canonical, "fields",
-                        fields, "has_custom",
-                        (f->info & DEVBUF_FORMAT_HAS_CUSTOM) ? Py_True : Py_False, "has_unknown",
-                        (f->info & DEVBUF_FORMAT_HAS_UNKNOWN) ? Py_True : Py_False,
-                        "has_pointers",
-                        (f->info & DEVBUF_FORMAT_HAS_POINTERS) ? Py_True : Py_False,
-                        "non_native", (f->info & DEVBUF_FORMAT_NON_NATIVE) ? Py_True : Py_False,
-                        "end_byteorder", bo);
-    canonical = NULL;
-    fields = NULL;
-  }
-  Py_XDECREF(canonical);
-  Py_XDECREF(fields);
-  devbuf_format_release(f);
-  PyMem_RawFree(f);
-  PyObject *factory = out != NULL ? dbp_interp_get(DBP_FORMAT_FACTORY_KEY) : NULL;
-  if (factory == NULL && PyErr_Occurred()) Py_CLEAR(out);
-  if (out != NULL && factory != NULL) {
-    PyObject *wrapped = PyObject_CallOneArg(factory, out);
-    Py_DECREF(out);
-    out = wrapped;
-  }
-  return out;
+  o->data = d;
+  o->format = s;
+  o->canonical = NULL;
+  o->fields = NULL;
+  return (PyObject *)o;
+}
+
+static PyObject *describe(const char *fmt, Py_ssize_t len, uint32_t flags) {
+  return describe_obj(NULL, fmt, len, flags);
+}
+
+static PyObject *parse_flags(PyObject *fmt, uint32_t flags) {
+  Py_ssize_t len;
+  const char *s = PyUnicode_AsUTF8AndSize(fmt, &len);
+  if (s == NULL) return NULL;
+  return describe_obj(fmt, s, len, flags);
 }
 
 PyObject *dbp_format_describe(const char *fmt, Py_ssize_t len) {
@@ -309,26 +607,101 @@ char *dbp_format_for_export(const char *fmt, Py_ssize_t itemsize) {
   return out;
 }
 
-PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"format", "mode", "allow_unknown", "plugins", "lint", NULL};
-  const char *fmt, *mode = "default";
-  Py_ssize_t len;
-  int allow_unknown = 0, plugins = 1, lint = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s#|s$ppp:parse_format", kwlist, &fmt, &len,
-                                   &mode, &allow_unknown, &plugins, &lint))
-    return NULL;
-  uint32_t flags;
-  if (strcmp(mode, "default") == 0) flags = DEVBUF_FORMAT_DEFAULT;
-  else if (strcmp(mode, "struct") == 0) flags = DEVBUF_FORMAT_STRUCT;
-  else if (strcmp(mode, "numpy") == 0) flags = DEVBUF_FORMAT_NUMPY;
-  else {
-    PyErr_Format(PyExc_ValueError, "mode must be 'default', 'struct' or 'numpy', not '%s'", mode);
+static int mode_flags(PyObject *mode, uint32_t *flags) {
+  for (uint32_t i = 0; i < 3; i++)
+    if (mode == g_mode_str[i]) {
+      *flags = i;
+      return 0;
+    }
+  const char *m = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
+  for (uint32_t i = 0; m != NULL && i < 3; i++)
+    if (strcmp(m, PyUnicode_AsUTF8(g_mode_str[i])) == 0) {
+      *flags = i;
+      return 0;
+    }
+  if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_UnicodeError)) return -1;
+  PyErr_Clear();
+  PyErr_Format(PyExc_ValueError, "mode must be 'default', 'struct' or 'numpy', not %R", mode);
+  return -1;
+}
+
+/* parse_format(fmt, mode="default", *, allow_unknown=False, plugins=True, lint=False).
+ * Vectorcall with the keywords read by hand: PyArg_ParseTupleAndKeywords
+ * alone cost more than parsing a short format. */
+static PyObject *parse_format_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+  PyObject *fmt = nargs > 0 ? args[0] : NULL, *mode = nargs > 1 ? args[1] : NULL;
+  int opt[3] = {0, 1, 0}; /* allow_unknown, plugins, lint */
+  static const char *const opt_names[3] = {"allow_unknown", "plugins", "lint"};
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError, "parse_format() takes at most 2 positional arguments (%zd given)",
+                 nargs);
     return NULL;
   }
-  if (allow_unknown) flags |= DEVBUF_FORMAT_ALLOW_UNKNOWN;
-  if (!plugins) flags |= DEVBUF_FORMAT_NO_PLUGINS;
-  if (lint) flags |= DEVBUF_FORMAT_LINT_IDS;
-  return describe(fmt, len, flags);
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; i++) {
+    PyObject *k = PyTuple_GET_ITEM(kwnames, i), *v = args[nargs + i];
+    int slot = -1;
+    for (int j = 0; j < 3; j++)
+      if (PyUnicode_CompareWithASCIIString(k, opt_names[j]) == 0) slot = j;
+    if (slot >= 0) {
+      if ((opt[slot] = PyObject_IsTrue(v)) < 0) return NULL;
+    } else if (fmt == NULL && (PyUnicode_CompareWithASCIIString(k, "fmt") == 0 ||
+                               PyUnicode_CompareWithASCIIString(k, "format") == 0)) {
+      fmt = v;
+    } else if (mode == NULL && PyUnicode_CompareWithASCIIString(k, "mode") == 0) {
+      mode = v;
+    } else {
+      PyErr_Format(PyExc_TypeError, "parse_format() got an unexpected or repeated keyword argument %R", k);
+      return NULL;
+    }
+  }
+  if (fmt == NULL) {
+    PyErr_SetString(PyExc_TypeError, "parse_format() missing required argument 'fmt'");
+    return NULL;
+  }
+  if (!PyUnicode_Check(fmt)) {
+    PyErr_Format(PyExc_TypeError, "parse_format() argument 'fmt' must be str, not %.100s",
+                 Py_TYPE(fmt)->tp_name);
+    return NULL;
+  }
+  uint32_t flags = DEVBUF_FORMAT_DEFAULT;
+  if (mode != NULL && mode_flags(mode, &flags) < 0) return NULL;
+  if (opt[0]) flags |= DEVBUF_FORMAT_ALLOW_UNKNOWN;
+  if (!opt[1]) flags |= DEVBUF_FORMAT_NO_PLUGINS;
+  if (opt[2]) flags |= DEVBUF_FORMAT_LINT_IDS;
+  return parse_flags(fmt, flags);
+}
+
+PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {
+  /* the old METH_VARARGS entry (_devbuf._parse_format): same function */
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject *kwnames = NULL, *stack[8];
+  Py_ssize_t nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
+  if (n + nkw > 8) {
+    PyErr_SetString(PyExc_TypeError, "parse_format() takes at most 5 arguments");
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) stack[i] = PyTuple_GET_ITEM(args, i);
+  if (nkw) {
+    if ((kwnames = PyTuple_New(nkw)) == NULL) return NULL;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kwargs, &pos, &k, &v)) {
+      PyTuple_SET_ITEM(kwnames, i, Py_NewRef(k));
+      stack[n + i++] = v;
+    }
+  }
+  PyObject *r = parse_format_fast(self, stack, n, kwnames);
+  Py_XDECREF(kwnames);
+  return r;
+}
+
+static PyObject *format_from_flags(PyObject *self, PyObject *args) {
+  PyObject *fmt;
+  unsigned flags;
+  if (!PyArg_ParseTuple(args, "UI:_format_from_flags", &fmt, &flags)) return NULL;
+  return parse_flags(fmt, flags);
 }
 
 static PyObject *set_format_factory(PyObject *self, PyObject *arg) {
@@ -690,11 +1063,36 @@ static PyMethodDef format_methods[] = {
      "calcsize(format, mode='default', /) -> item size in bytes of a str or bytes format (like struct.calcsize; modes: "
      "'default', 'struct', 'numpy'). Raises devbuf.FormatError with .offset."},
     {"_set_format_factory", (PyCFunction)set_format_factory, METH_O,
-     "Set the callable that turns parse results (dicts) into devbuf.Format objects."},
+     "Set the callable that turns a custom item's dict into devbuf.Custom."},
+    {"parse_format", (PyCFunction)(void (*)(void))parse_format_fast, METH_FASTCALL | METH_KEYWORDS,
+     "parse_format($module, fmt, mode='default', *, allow_unknown=False, plugins=True, lint=False)\n"
+     "--\n\n"
+     "Parse a buffer-protocol format string, custom dtypes included, into a devbuf.Format.\n\n"
+     "mode is 'default' (PEP 3118 + [id$payload]), 'struct' (exactly CPython's struct module,\n"
+     "with the complex codes of 3.14 and 3.15: F, D, Zf, Zd) or 'numpy' (NumPy's PEP 3118\n"
+     "reader). Raises devbuf.FormatError (a ValueError) with .offset, the byte the problem\n"
+     "was found at, and a caret under it in the message.\n\n"
+     "lint=True also refuses a space or '[' in a custom dtype id: the draft allows them,\n"
+     "but no package name has one."},
+    {"_format_from_flags", (PyCFunction)format_from_flags, METH_VARARGS,
+     "_format_from_flags(format, flags) -> Format: parse with the engine's flags (pickle)."},
     {NULL},
 };
 
 int dbp_format_init(PyObject *module) {
+  /* Immortal-enough constants shared by every interpreter, as the static types are. */
+  if (g_mode_str[0] == NULL) {
+    static const char *const modes[3] = {"default", "struct", "numpy"};
+    for (int i = 0; i < 3; i++)
+      if ((g_mode_str[i] = PyUnicode_InternFromString(modes[i])) == NULL) return -1;
+    static const char bos[] = "@^=<>!";
+    for (const char *c = bos; *c; c++)
+      if ((g_bo_str[(unsigned char)*c] = PyUnicode_FromStringAndSize(c, 1)) == NULL) return -1;
+    if (PyType_Ready(&DbpFormat_Type) < 0 || PyType_Ready(&DbpField_Type) < 0) return -1;
+  }
+  if (PyModule_AddObjectRef(module, "Format", (PyObject *)&DbpFormat_Type) < 0 ||
+      PyModule_AddObjectRef(module, "Field", (PyObject *)&DbpField_Type) < 0)
+    return -1;
   g_namespaces = PyDict_New();
   if (g_namespaces == NULL) return -1;
   for (int i = 0; i < 3; i++)
