@@ -427,7 +427,6 @@ int main(int argc, char **argv) {
   }
   if (iters < 1) iters = 1;
   if (pairs < 10) pairs = 10;
-  if (json && (J = fopen(json, "w")) == NULL) die(json, "cannot open for writing");
   load_plugin(plugin);
   PLUGIN(T->init(&pooled, &err));
   PLUGIN(T->device_count(pooled, &count, &err));
@@ -438,6 +437,8 @@ int main(int argc, char **argv) {
   memset(&props, 0, sizeof props);
   props.struct_size = sizeof props;
   PLUGIN(T->device_props(pooled, dev, &props, &err));
+  /* Opened only once there is a device: no empty file from a failed run. */
+  if (json && (J = fopen(json, "w")) == NULL) die(json, "cannot open for writing");
   {
     time_t t = time(NULL);
     char date[32];
