@@ -54,13 +54,14 @@ say() { printf '[gpu-check] %s\n' "$*"; }
 
 # step NAME LIMIT_S COMMAND...: run with a time limit (capped by what is left
 # of the budget), output to the terminal and to $WORK/NAME.log, one line in
-# steps.tsv: name, status (pass/fail/timeout/skipped), seconds, note.
+# steps.tsv: name, status (pass/fail/timeout/out_of_time/skipped), seconds, note.
 step() {
   local name="$1" limit="$2"; shift 2
   local left=$(( BUDGET - (SECONDS - START) - 15 ))
   if (( left < 5 )); then
-    printf '%s\tskipped\t0\tout of time: the run budget of %ss was spent\n' "$name" "$BUDGET" >>"$STEPS"
-    say "$name: skipped, out of time"
+    # Not a skip: an incomplete check must not read as a passed one.
+    printf '%s\tout_of_time\t0\tnot run: the run budget of %ss was spent\n' "$name" "$BUDGET" >>"$STEPS"
+    say "$name: not run, out of time"
     return 1
   fi
   (( limit > left )) && limit=$left
@@ -193,8 +194,8 @@ if [[ -n "$PY" ]]; then
 else
   cp "$STEPS" "$REPORT/steps.tsv"
 fi
-if grep -qP '\t(fail|timeout)\t' "$STEPS"; then
-  say "FAILED: $(grep -P '\t(fail|timeout)\t' "$STEPS" | cut -f1 | tr '\n' ' ')"
+if grep -qP '\t(fail|timeout|out_of_time)\t' "$STEPS"; then
+  say "FAILED: $(grep -P '\t(fail|timeout|out_of_time)\t' "$STEPS" | cut -f1 | tr '\n' ' ')"
   exit 1
 fi
 say "no step failed ($MODE run, $(( SECONDS - START ))s)"
