@@ -104,8 +104,12 @@ else
 fi
 
 configure_args=()
-if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
-  command -v ninja >/dev/null && configure_args+=(-G Ninja)
+# Real runs always (re)configure, cheaply: a warm machine keeps build-gpu
+# between calls, and a configure that failed there must not be trusted.
+if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  if [[ ! -f "$BUILD/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+    configure_args+=(-G Ninja)
+  fi
   # A new compiler's new warning must not cost a GPU session: CI keeps -Werror.
   configure_args+=(-DDEVBUF_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
   if [[ -n "$PY" ]]; then
