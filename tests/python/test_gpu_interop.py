@@ -94,8 +94,15 @@ def host(v):
 
 
 def spin_torch(torch, cycles=SPIN_CYCLES):
-    """A kernel that runs for `cycles` GPU clocks on torch's current stream."""
-    torch.cuda._sleep(cycles)
+    """A kernel that runs for `cycles` GPU clocks on torch's current stream
+    (torch.cuda._sleep is private: if it goes, matrix products stand in)."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(cycles)
+        return
+    a = torch.ones((4096, 4096), device="cuda")
+    for _ in range(50):
+        a = a @ a / 4096
 
 
 _SPIN_SRC = r"""
@@ -307,6 +314,20 @@ def test_pickle5_of_torch_tensor_one_d2h_copy(torch):
     c = pickle.loads(data, buffers=bufs)
     assert c.device.identifier == "devbuf.cuda"
     assert torch.equal(torch.from_dlpack(c), x)
+
+
+def test_torch_into_cupy_through_devbuf(torch, cupy):
+    x = torch.arange(30, dtype=torch.int64, device="cuda").reshape(5, 6)[:, 1:]
+    y = cupy.from_dlpack(devbuf.from_dlpack(x))
+    assert y.data.ptr == x.data_ptr() and y.strides == tuple(st * 8 for st in x.stride())
+    np.testing.assert_array_equal(y.get(), x.cpu().numpy())
+
+
+def test_torch_into_jax_through_devbuf(torch, jax):
+    x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    y = jax.dlpack.from_dlpack(devbuf.from_dlpack(x))
+    assert y.devices() == {jax.devices("gpu")[0]}
+    np.testing.assert_array_equal(np.asarray(y), x.cpu().numpy())
 
 
 # ---- CuPy -------------------------------------------------------------------------------
