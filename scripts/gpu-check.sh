@@ -51,6 +51,7 @@ START=$SECONDS
 MODE=$( (( FAKE )) && echo fake || echo real )
 
 say() { printf '[gpu-check] %s\n' "$*"; }
+note() { say "$*"; printf '%s\n' "$*" >>"$WORK/notes.txt"; }  # also into the report
 
 # step NAME LIMIT_S COMMAND...: run with a time limit (capped by what is left
 # of the budget), output to the terminal and to $WORK/NAME.log, one line in
@@ -116,7 +117,7 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
     configure_args+=("-DPython3_EXECUTABLE=$PY")
     pyinc=$("$PY" -c 'import os, sysconfig; p = sysconfig.get_paths()["include"]; print(p if os.path.exists(os.path.join(p, "Python.h")) else "")' 2>/dev/null)
     if [[ -z "$pyinc" ]]; then
-      say "no Python.h for $PY: Python bindings not built, the interop tests cannot run"
+      note "no Python.h for $PY: Python bindings not built, the interop tests cannot run"
       configure_args+=(-DDEVBUF_BUILD_PYTHON=OFF)
     fi
   else
@@ -125,7 +126,7 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   if command -v pkg-config >/dev/null && pkg-config --exists libffi; then
     configure_args+=(-DDEVBUF_WITH_PYPLUGIN=ON)
   else
-    say "libffi not found (pkg-config libffi): devbuf._pyplugin (plugins written in Python) not built; nothing here needs it"
+    note "libffi not found (pkg-config libffi): devbuf._pyplugin (plugins written in Python) not built; nothing here needs it"
     configure_args+=(-DDEVBUF_WITH_PYPLUGIN=OFF)
   fi
   # cuda.h: where CMake looks by itself, else beside the nvcc on PATH.
@@ -140,7 +141,7 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   step configure 180 cmake -S . -B "$BUILD" "${configure_args[@]}"
 fi
 if ! grep -q '^DEVBUF_CUDA_INCLUDE_DIR:PATH=/' "$BUILD/CMakeCache.txt" 2>/dev/null; then
-  say "cuda.h not found (set CUDA_HOME or DEVBUF_CUDA_INCLUDE_DIR): devbuf.cuda cannot be built"
+  note "cuda.h not found (set CUDA_HOME or DEVBUF_CUDA_INCLUDE_DIR): devbuf.cuda cannot be built"
 fi
 targets=(devbuf devbuf_plugin_cuda devbuf_conformance test_gpu_plugins bench_cuda)
 HAVE_PY=0

@@ -109,6 +109,13 @@ def read_json(p):
         return None
 
 
+def read_lines(p):
+    try:
+        return [line for line in pathlib.Path(p).read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
 def junit(path):
     """Test outcomes from pytest's JUnit XML (xunit1, with record_property)."""
     try:
@@ -199,7 +206,9 @@ def report(a):
              "- Packages: " + (", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())
                                or "none of interest"),
              f"- Command: `scripts/gpu-check.sh{' --fake' if fake else ''}`",
-             f"- Result: {'FAILED: ' + ', '.join(failed) if failed else 'no step failed'}", ""]
+             f"- Result: {'FAILED: ' + ', '.join(failed) if failed else 'no step failed'}"]
+    notes = read_lines(work / "notes.txt")
+    head += [f"- Note: {n}" for n in notes] + [""]
     lines = head + ["## Steps", "", "| step | status | seconds | note |", "|---|---|---:|---|"]
     lines += [f"| {s['step']} | {s['status']} | {s['seconds']} | {s['note']} |" for s in st]
     lines += ["", "## Interop tests (tests/python/test_gpu_interop.py)", ""] + interop_md(tests)
@@ -215,7 +224,7 @@ def report(a):
               else "## Python: devbuf.view / from_dlpack of a PyTorch CUDA tensor\n\nNo results.", ""]
     (out / "gpu-check.md").write_text("\n".join(lines))
 
-    summary = {"mode": a.mode, "elapsed_s": int(a.elapsed), "failed_steps": failed, "env": env,
+    summary = {"mode": a.mode, "elapsed_s": int(a.elapsed), "failed_steps": failed, "notes": notes, "env": env,
                "steps": st, "interop_tests": tests, "bench_cuda": bench,
                "bench_cuda_interop": ibench,
                "bench_cuda_goals": g if not fake else "not applicable: the fake driver measures host memcpy"}
