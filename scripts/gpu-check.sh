@@ -116,8 +116,22 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   if [[ -n "$PY" ]]; then
     configure_args+=("-DPython3_EXECUTABLE=$PY")
     pyinc=$("$PY" -c 'import os, sysconfig; p = sysconfig.get_paths()["include"]; print(p if os.path.exists(os.path.join(p, "Python.h")) else "")' 2>/dev/null)
-    if [[ -z "$pyinc" ]]; then
-      note "no Python.h for $PY: Python bindings not built, the interop tests cannot run"
+    pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+    # An interpreter without its -dev headers (a distribution's python3 in a
+    # venv): the same minor version's headers from elsewhere build a working
+    # extension (only pyconfig.h differs between builds, and not in what an
+    # extension sees), as manylinux wheels are built. The device tool's
+    # `carry` brings them: build-gpu-carry/pythonX.Y/Python.h (README, GPU).
+    carried="${DEVBUF_PYTHON_INCLUDE:-$ROOT/build-gpu-carry/python$pyver}"
+    if [[ -n "${DEVBUF_PYTHON_INCLUDE:-}" || ( -z "$pyinc" && -f "$carried/Python.h" ) ]]; then
+      if [[ -n "${DEVBUF_PYTHON_INCLUDE:-}" ]]; then why="DEVBUF_PYTHON_INCLUDE"
+      else why="the interpreter has none of its own"; fi
+      note "Python headers for $PY ($pyver): using $carried ($why)"
+      configure_args+=(-DDEVBUF_BUILD_PYTHON=ON "-DPython3_INCLUDE_DIR=$carried")
+    elif [[ -n "$pyinc" ]]; then
+      configure_args+=(-DDEVBUF_BUILD_PYTHON=ON)
+    else
+      note "no Python.h for $PY ($pyver): Python bindings not built, the interop tests cannot run; carry CPython $pyver's include/python$pyver as build-gpu-carry/python$pyver (README, GPU section)"
       configure_args+=(-DDEVBUF_BUILD_PYTHON=OFF)
     fi
   else
