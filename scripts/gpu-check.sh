@@ -15,7 +15,8 @@
 #
 # Real mode builds in build-gpu with the `python3` on PATH (the GPU machines
 # have no PyPI, no Debian packages, no network: what is missing is reported,
-# not installed). --fake reuses ./build when it is configured (scripts/test.sh
+# not installed; CPython headers may be carried in build-gpu-carry/pythonX.Y,
+# see README's GPU section). --fake reuses ./build when it is configured (scripts/test.sh
 # has just built it). Every step has a time limit and the whole run a budget
 # (DEVBUF_GPU_CHECK_BUDGET seconds, default 480), so that it ends well inside
 # the device tool's 10 minutes; a step that did not fit is reported as such.
