@@ -214,8 +214,9 @@ if [[ -n "$PY" ]]; then
 else
   cp "$STEPS" "$REPORT/steps.tsv"
 fi
-if grep -qP '\t(fail|timeout|out_of_time)\t' "$STEPS"; then
-  say "FAILED: $(grep -P '\t(fail|timeout|out_of_time)\t' "$STEPS" | cut -f1 | tr '\n' ' ')"
+failed=$(awk -F'\t' '$2 == "fail" || $2 == "timeout" || $2 == "out_of_time" { printf "%s ", $1 }' "$STEPS")
+if [[ -n "$failed" ]]; then
+  say "FAILED: $failed"
   exit 1
 fi
 say "no step failed ($MODE run, $(( SECONDS - START ))s)"
