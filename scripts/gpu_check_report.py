@@ -240,7 +240,7 @@ def report(a):
         p = work / f"{s['step']}.log"
         text = p.read_text(errors="replace").splitlines() if p.exists() else []
         log += [f"## {s['step']} ({s['status']}, {s['seconds']}s)", "", "```"]
-        log += text[-LOG_LINES:] if text else ["(no output)" if p.exists() else f"(not run: {s['note']})"]
+        log += text[-LOG_LINES:] if text else [f"({s['note'] or 'no output'})"]
         log += ["```", ""]
     (out / "log.md").write_text("\n".join(log))
     print("\n".join(head[2 if not fake else 4:]))
