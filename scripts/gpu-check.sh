@@ -192,7 +192,12 @@ elif (( build_ok != 0 )); then skip interop_tests "the build failed"
 elif (( ! HAVE_PY )); then skip interop_tests "Python bindings not built for $PY (see the notes and build_python)"
 elif ! "$PY" -c 'import pytest' 2>/dev/null; then skip interop_tests "pytest is not installed for $PY"
 else
-  step interop_tests 300 "${RUNENV[@]}" "$PY" -m pytest -q -rs -p no:cacheprovider \
+  # A hung test (a stream wait that never ends) must fail alone, not take the
+  # step and every other result with it: pytest-timeout where it is there (the
+  # GPU image has it), else at least the stacks in the log.
+  ptimeout=(-o faulthandler_timeout=100)
+  "$PY" -c 'import pytest_timeout' 2>/dev/null && ptimeout+=(--timeout=120)
+  step interop_tests 300 "${RUNENV[@]}" "$PY" -m pytest -q -rs -p no:cacheprovider "${ptimeout[@]}" \
     -o junit_family=xunit1 --junitxml="$WORK/interop.xml" tests/python/test_gpu_interop.py
 fi
 
