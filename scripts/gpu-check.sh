@@ -23,7 +23,7 @@
 # Exit status: 0 when no step failed (skips are not failures), else 1.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 2
 
 FAKE=0
 BUILD=""
@@ -214,8 +214,9 @@ fi
 if [[ -z "$PY" || $HAVE_PY == 0 || $build_ok != 0 ]]; then
   skip bench_cuda_interop "no Python bindings built"
 else
-  step bench_cuda_interop 120 "${RUNENV[@]}" "$PY" benchmarks/cuda/bench_cuda_interop.py \
-    $( (( FAKE )) && echo --quick ) --json "$WORK/bench_cuda_interop.json"
+  iargs=(--json "$WORK/bench_cuda_interop.json")
+  (( FAKE )) && iargs+=(--quick)
+  step bench_cuda_interop 120 "${RUNENV[@]}" "$PY" benchmarks/cuda/bench_cuda_interop.py "${iargs[@]}"
 fi
 
 # ---- report --------------------------------------------------------------------------
