@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test: the plain build (ctest + pytest), then the sanitizer build
-# (AddressSanitizer + UndefinedBehaviorSanitizer, ctest), the ThreadSanitizer
+# Every test: the plain build (ctest + pytest, the GPU check's dry run), then
+# the sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, ctest), the ThreadSanitizer
 # build (ctest -L tsan), the fuzzers (bounded) and the Python fuzz stage (hypothesis
 # against the ASan+UBSan extension, bounded). Set-up included.
 set -uo pipefail
@@ -42,6 +42,11 @@ PY
   step "CPython matrix (3.9-3.13, fast subset)"
   scripts/test-matrix.sh || status=1
 fi
+
+# The GPU check (issue 17) over the fake libcuda, on the plain build just
+# made: the script a GPU session runs first thing must not rot in between.
+step "GPU check, dry run (scripts/gpu-check.sh --fake)"
+OUT= scripts/gpu-check.sh --fake || status=1
 
 step "build (address,undefined sanitizers)"
 scripts/setup.sh build-asan -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_PYTHON=OFF \

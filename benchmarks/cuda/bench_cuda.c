@@ -1,19 +1,28 @@
-/* bench_cuda: the GPU figures of issue 8, measured in one run.
+/* bench_cuda: the GPU figures of issues 8 and 17, measured in one run.
  *
  *   bench_cuda [--plugin PATH] [--device N] [--iters N] [--pairs N]
+ *              [--max-size BYTES] [--json PATH]
  *
- * 1. Device->host bandwidth through devbuf.cuda (copy_d2h into the pinned
- *    staging memory its host_alloc gives, then stream_synchronize), against a
- *    raw cuMemcpyDtoH into cuMemHostAlloc memory from the same device buffer,
- *    interleaved so that both see the same clocks and bus. Also the plugin
- *    into pageable (malloc) memory, to show what staging buys.
- *    Goals: plugin >= 0.95x raw, and >= 0.85 x 63 GB/s (PCIe Gen5 x16).
- * 2. Pooled allocate+free: mem_alloc + mem_free on one stream, in a loop,
- *    microseconds per pair; with the plugin's pool and with
- *    DEVBUF_CUDA_NO_POOL=1 (cuMemAlloc/cuMemFree). Goal: pooled <= 2 us.
+ * 1. Device->host and host->device bandwidth through devbuf.cuda (copy_d2h /
+ *    copy_h2d, then stream_synchronize) against raw cuMemcpyDtoH /
+ *    cuMemcpyHtoD, each into (from) pinned memory and pageable (malloc)
+ *    memory, interleaved so that all four see the same clocks and bus. The
+ *    plugin's pinned side is the staging memory its host_alloc gives, the
+ *    raw side cuMemHostAlloc memory.
+ *    Goals (issue 17): D2H pinned >= 0.95x raw, and >= 0.85 x 63 GB/s
+ *    (PCIe Gen5 x16).
+ * 2. Allocate+free: mem_alloc + mem_free on one stream, in a loop,
+ *    microseconds per pair; with the plugin's pool, against raw
+ *    cuMemAllocAsync + cuMemFreeAsync (the device's default pool), and with
+ *    DEVBUF_CUDA_NO_POOL=1 (cuMemAlloc/cuMemFree). Goal: pooled <= 1 us.
  *
- * Prints Markdown ready for docs/benchmarks.md. Needs a GPU and libcuda.so.1;
- * the raw path opens libcuda itself (cuda.h only for types), as the plugin. */
+ * Prints Markdown (for docs/benchmarks.md); --json also writes the figures
+ * and the goals as JSON (scripts/gpu-check.sh). --max-size caps the transfer
+ * sizes: over the fake driver (tests/gpu/fake_cuda.c, `gpu-check.sh --fake`)
+ * the figures mean nothing, only the paths are exercised. Needs libcuda.so.1
+ * (or DEVBUF_CUDA_LIBRARY); the raw path opens it itself (cuda.h only for
+ * types), as the plugin does. No figure is checked against a goal here: the
+ * goals are reported, never asserted. */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdint.h>
@@ -43,6 +52,12 @@
   X(cuMemHostAlloc)            \
   X(cuMemFreeHost)             \
   X(cuMemcpyDtoH)              \
+  X(cuMemcpyHtoD)              \
+  X(cuMemAllocAsync)           \
+  X(cuMemFreeAsync)            \
+  X(cuStreamCreate)            \
+  X(cuStreamDestroy)           \
+  X(cuStreamSynchronize)       \
   X(cuGetErrorName)
 
 #define RAW_FIELD(name) __typeof__(&name) p_##name;
@@ -52,6 +67,7 @@ static struct {
 #undef RAW_FIELD
 
 static const devbuf_plugin_table *T;
+static FILE *J; /* --json, or NULL */
 
 static double now_s(void) {
   struct timespec ts;
@@ -90,6 +106,30 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* A JSON string (names come from the driver: quote what must be). */
+static void json_str(const char *s) {
+  fputc('"', J);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(J, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(J, "\\u%04x", c);
+    else
+      fputc(c, J);
+  }
+  fputc('"', J);
+}
+
+static void size_label(char *out, size_t cap, size_t n) {
+  if (n >= ((size_t)1 << 20))
+    snprintf(out, cap, "%zu MiB", n >> 20);
+  else if (n >= 1024)
+    snprintf(out, cap, "%zu KiB", n >> 10);
+  else
+    snprintf(out, cap, "%zu B", n);
+}
+
 static void *load_plugin(const char *path) {
   devbuf_plugin_entry_fn entry;
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -110,91 +150,166 @@ static void load_raw(void) {
 #undef RAW_LOAD
 }
 
-static void bandwidth(void *st, int dev, int iters) {
-  static const size_t sizes[] = {(size_t)1 << 20, (size_t)16 << 20, (size_t)64 << 20,
-                                 (size_t)256 << 20, (size_t)1 << 30};
+/* One direction's four timings per iteration, in this order. */
+enum { PLUGIN_PINNED, RAW_PINNED, PLUGIN_PAGEABLE, RAW_PAGEABLE, NWAYS };
+
+typedef struct {
+  void *st, *s, *d, *staged, *pinned;
+  unsigned char *pageable;
+  CUcontext ctx;
+  size_t n;
+} xfer;
+
+/* One copy of direction `h2d` by way `w`, timed, stream synchronized. */
+static double copy_once(const xfer *x, int dev, int h2d, int w) {
   devbuf_error err;
-  CUdevice cudev;
-  CUcontext ctx, popped;
-  RAW(raw.p_cuDeviceGet(&cudev, dev));
-  RAW(raw.p_cuDevicePrimaryCtxRetain(&ctx, cudev));
-
-  printf("### Device to host\n\n");
-  printf("| size | plugin, pinned staging (GB/s) | raw cuMemcpyDtoH, pinned (GB/s) | ratio | "
-         "vs 63 GB/s | plugin, pageable (GB/s) |\n");
-  printf("|---:|---:|---:|---:|---:|---:|\n");
-  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-    size_t n = sizes[k];
-    void *d = NULL, *s = NULL, *staged = NULL, *pinned = NULL;
-    unsigned char *pageable = malloc(n), *pattern = malloc(n);
-    double *tp = calloc((size_t)iters, sizeof *tp), *tr = calloc((size_t)iters, sizeof *tr);
-    double *tg = calloc((size_t)iters, sizeof *tg);
-    if (!pageable || !pattern || !tp || !tr || !tg) die("malloc", "out of host memory");
-    for (size_t i = 0; i < n; i++) pattern[i] = (unsigned char)(i * 131u + (i >> 12));
-
-    PLUGIN(T->stream_create(st, dev, &s, &err));
-    if (T->mem_alloc(st, dev, n, 0, s, &d, &err) != DEVBUF_OK) {
-      printf("| %zu MiB | skipped: %s | | | | |\n", n >> 20, err.message);
-      T->stream_destroy(st, dev, s, &err);
-      free(pageable), free(pattern), free(tp), free(tr), free(tg);
-      continue;
-    }
-    PLUGIN(T->host_alloc(st, dev, n, &staged, &err));
-    PLUGIN(T->copy_h2d(st, dev, d, 0, pattern, n, s, &err));
-    PLUGIN(T->stream_synchronize(st, dev, s, &err));
-    RAW(raw.p_cuCtxPushCurrent(ctx));
-    RAW(raw.p_cuMemHostAlloc(&pinned, n, CU_MEMHOSTALLOC_PORTABLE));
+  CUcontext popped;
+  void *host = (w == PLUGIN_PINNED) ? x->staged : (w == RAW_PINNED) ? x->pinned : x->pageable;
+  double t0 = now_s();
+  if (w == PLUGIN_PINNED || w == PLUGIN_PAGEABLE) {
+    if (h2d)
+      PLUGIN(T->copy_h2d(x->st, dev, x->d, 0, host, x->n, x->s, &err));
+    else
+      PLUGIN(T->copy_d2h(x->st, dev, host, x->d, 0, x->n, x->s, &err));
+    PLUGIN(T->stream_synchronize(x->st, dev, x->s, &err));
+  } else {
+    RAW(raw.p_cuCtxPushCurrent(x->ctx));
+    if (h2d)
+      RAW(raw.p_cuMemcpyHtoD((CUdeviceptr)(uintptr_t)x->d, host, x->n));
+    else
+      RAW(raw.p_cuMemcpyDtoH(host, (CUdeviceptr)(uintptr_t)x->d, x->n));
     RAW(raw.p_cuCtxPopCurrent(&popped));
-
-    /* Warm-up, then alternate so drift hits both sides alike. */
-    for (int w = 0; w < 2; w++) {
-      PLUGIN(T->copy_d2h(st, dev, staged, d, 0, n, s, &err));
-      PLUGIN(T->stream_synchronize(st, dev, s, &err));
-      RAW(raw.p_cuCtxPushCurrent(ctx));
-      RAW(raw.p_cuMemcpyDtoH(pinned, (CUdeviceptr)(uintptr_t)d, n));
-      RAW(raw.p_cuCtxPopCurrent(&popped));
-    }
-    for (int i = 0; i < iters; i++) {
-      double t0 = now_s();
-      PLUGIN(T->copy_d2h(st, dev, staged, d, 0, n, s, &err));
-      PLUGIN(T->stream_synchronize(st, dev, s, &err));
-      double t1 = now_s();
-      RAW(raw.p_cuCtxPushCurrent(ctx));
-      RAW(raw.p_cuMemcpyDtoH(pinned, (CUdeviceptr)(uintptr_t)d, n));
-      RAW(raw.p_cuCtxPopCurrent(&popped));
-      double t2 = now_s();
-      PLUGIN(T->copy_d2h(st, dev, pageable, d, 0, n, s, &err));
-      PLUGIN(T->stream_synchronize(st, dev, s, &err));
-      double t3 = now_s();
-      tp[i] = t1 - t0;
-      tr[i] = t2 - t1;
-      tg[i] = t3 - t2;
-    }
-    if (memcmp(staged, pattern, n) != 0 || memcmp(pinned, pattern, n) != 0 ||
-        memcmp(pageable, pattern, n) != 0)
-      die("verify", "a copy returned wrong bytes");
-    double gp = (double)n / median(tp, iters) / 1e9, gr = (double)n / median(tr, iters) / 1e9;
-    double gg = (double)n / median(tg, iters) / 1e9;
-    printf("| %zu MiB | %.1f | %.1f | %.3f | %.2f | %.1f |\n", n >> 20, gp, gr, gp / gr, gp / 63.0,
-           gg);
-    fflush(stdout);
-
-    RAW(raw.p_cuCtxPushCurrent(ctx));
-    RAW(raw.p_cuMemFreeHost(pinned));
-    RAW(raw.p_cuCtxPopCurrent(&popped));
-    PLUGIN(T->host_free(st, dev, staged, &err));
-    PLUGIN(T->mem_free(st, dev, d, s, &err));
-    PLUGIN(T->stream_synchronize(st, dev, s, &err));
-    PLUGIN(T->stream_destroy(st, dev, s, &err));
-    free(pageable), free(pattern), free(tp), free(tr), free(tg);
   }
-  raw.p_cuDevicePrimaryCtxRelease(cudev);
-  printf("\nMedian of %d interleaved runs per size; GB = 1e9 bytes; each figure includes the "
-         "stream synchronization.\n\n",
-         iters);
+  return now_s() - t0;
 }
 
-/* Microseconds per mem_alloc+mem_free pair, median of 5 batches. */
+static const char *const WAY_KEYS[NWAYS] = {"plugin_pinned_gbs", "raw_pinned_gbs",
+                                            "plugin_pageable_gbs", "raw_pageable_gbs"};
+
+/* Median GB/s of the four ways of one direction, interleaved. */
+static void direction(const xfer *x, int dev, int h2d, int iters, double gbs[NWAYS]) {
+  double *t[NWAYS];
+  for (int w = 0; w < NWAYS; w++)
+    if ((t[w] = calloc((size_t)iters, sizeof(double))) == NULL) die("calloc", "out of host memory");
+  /* Warm-up, then alternate so that drift hits every way alike. */
+  for (int w = 0; w < NWAYS; w++) copy_once(x, dev, h2d, w);
+  for (int i = 0; i < iters; i++)
+    for (int w = 0; w < NWAYS; w++) t[w][i] = copy_once(x, dev, h2d, w);
+  for (int w = 0; w < NWAYS; w++) {
+    gbs[w] = (double)x->n / median(t[w], iters) / 1e9;
+    free(t[w]);
+  }
+}
+
+static void bandwidth(void *st, int dev, int iters, size_t max_size) {
+  static const size_t sizes[] = {(size_t)1 << 20, (size_t)16 << 20, (size_t)64 << 20,
+                                 (size_t)256 << 20, (size_t)1 << 30};
+  static const char *const names[2] = {"Device to host", "Host to device"};
+  static const char *const keys[2] = {"d2h", "h2d"};
+  double res[sizeof sizes / sizeof sizes[0]][2][NWAYS];
+  char skipped[sizeof sizes / sizeof sizes[0]][DEVBUF_ERROR_MESSAGE_SIZE];
+  size_t nsizes = 0;
+  devbuf_error err;
+  CUdevice cudev;
+  CUcontext popped;
+  xfer x;
+  memset(&x, 0, sizeof x);
+  x.st = st;
+  RAW(raw.p_cuDeviceGet(&cudev, dev));
+  RAW(raw.p_cuDevicePrimaryCtxRetain(&x.ctx, cudev));
+
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= max_size; k++, nsizes++) {
+    size_t n = x.n = sizes[k];
+    unsigned char *pattern = malloc(n);
+    skipped[k][0] = '\0';
+    x.pageable = malloc(n);
+    if (!x.pageable || !pattern) die("malloc", "out of host memory");
+    for (size_t i = 0; i < n; i++) pattern[i] = (unsigned char)(i * 131u + (i >> 12));
+
+    PLUGIN(T->stream_create(st, dev, &x.s, &err));
+    if (T->mem_alloc(st, dev, n, 0, x.s, &x.d, &err) != DEVBUF_OK) {
+      snprintf(skipped[k], sizeof skipped[k], "%s", err.message);
+      T->stream_destroy(st, dev, x.s, &err);
+      free(x.pageable), free(pattern);
+      continue;
+    }
+    PLUGIN(T->host_alloc(st, dev, n, &x.staged, &err));
+    RAW(raw.p_cuCtxPushCurrent(x.ctx));
+    RAW(raw.p_cuMemHostAlloc(&x.pinned, n, CU_MEMHOSTALLOC_PORTABLE));
+    RAW(raw.p_cuCtxPopCurrent(&popped));
+
+    /* Host to device first: every source holds the pattern, so the device
+     * buffer holds it after any of the copies, and D2H can be checked. */
+    memcpy(x.staged, pattern, n);
+    memcpy(x.pinned, pattern, n);
+    memcpy(x.pageable, pattern, n);
+    direction(&x, dev, 1, iters, res[k][1]);
+    memset(x.staged, 0, n), memset(x.pinned, 0, n), memset(x.pageable, 0, n);
+    direction(&x, dev, 0, iters, res[k][0]);
+    if (memcmp(x.staged, pattern, n) != 0 || memcmp(x.pinned, pattern, n) != 0 ||
+        memcmp(x.pageable, pattern, n) != 0)
+      die("verify", "a copy returned wrong bytes");
+
+    RAW(raw.p_cuCtxPushCurrent(x.ctx));
+    RAW(raw.p_cuMemFreeHost(x.pinned));
+    RAW(raw.p_cuCtxPopCurrent(&popped));
+    PLUGIN(T->host_free(st, dev, x.staged, &err));
+    PLUGIN(T->mem_free(st, dev, x.d, x.s, &err));
+    PLUGIN(T->stream_synchronize(st, dev, x.s, &err));
+    PLUGIN(T->stream_destroy(st, dev, x.s, &err));
+    free(x.pageable), free(pattern);
+  }
+  raw.p_cuDevicePrimaryCtxRelease(cudev);
+
+  for (int h2d = 0; h2d < 2; h2d++) {
+    printf("### %s\n\n", names[h2d]);
+    printf("| size | plugin, pinned staging (GB/s) | raw, pinned (GB/s) | ratio | vs 63 GB/s | "
+           "plugin, pageable (GB/s) | raw, pageable (GB/s) | ratio |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    if (J) fprintf(J, "%s  \"%s\": [", h2d ? ",\n" : "", keys[h2d]);
+    for (size_t k = 0; k < nsizes; k++) {
+      char label[32];
+      const double *g = res[k][h2d];
+      size_label(label, sizeof label, sizes[k]);
+      if (J) fprintf(J, "%s\n    {\"bytes\": %zu", k ? "," : "", sizes[k]);
+      if (skipped[k][0]) {
+        printf("| %s | skipped: %s | | | | | | |\n", label, skipped[k]);
+        if (J) fputs(", \"skipped\": ", J), json_str(skipped[k]), fputc('}', J);
+        continue;
+      }
+      printf("| %s | %.1f | %.1f | %.3f | %.2f | %.1f | %.1f | %.3f |\n", label,
+             g[PLUGIN_PINNED], g[RAW_PINNED], g[PLUGIN_PINNED] / g[RAW_PINNED],
+             g[PLUGIN_PINNED] / 63.0, g[PLUGIN_PAGEABLE], g[RAW_PAGEABLE],
+             g[PLUGIN_PAGEABLE] / g[RAW_PAGEABLE]);
+      if (J) {
+        for (int w = 0; w < NWAYS; w++) fprintf(J, ", \"%s\": %.3f", WAY_KEYS[w], g[w]);
+        fprintf(J, ", \"ratio_pinned\": %.4f, \"ratio_pageable\": %.4f, \"pinned_vs_63gbs\": %.4f}",
+                g[PLUGIN_PINNED] / g[RAW_PINNED], g[PLUGIN_PAGEABLE] / g[RAW_PAGEABLE],
+                g[PLUGIN_PINNED] / 63.0);
+      }
+    }
+    if (J) fputs("\n  ]", J);
+    printf("\n");
+  }
+  printf("Median of %d interleaved runs per size and way; GB = 1e9 bytes; each figure includes "
+         "the stream synchronization (raw cuMemcpy* are synchronous).\n\n",
+         iters);
+  /* The D2H goals, on the largest size measured. */
+  if (J) {
+    int last = -1;
+    for (size_t k = 0; k < nsizes; k++)
+      if (!skipped[k][0]) last = (int)k;
+    if (last >= 0) {
+      const double *g = res[last][0];
+      fprintf(J, ",\n  \"goals_d2h\": {\"at_bytes\": %zu, \"pinned_ratio_ge_0_95\": %s, "
+                 "\"pinned_ge_0_85_of_63gbs\": %s}",
+              sizes[last], g[PLUGIN_PINNED] / g[RAW_PINNED] >= 0.95 ? "true" : "false",
+              g[PLUGIN_PINNED] >= 0.85 * 63.0 ? "true" : "false");
+    }
+  }
+}
+
+/* Microseconds per plugin mem_alloc+mem_free pair, median of 5 batches. */
 static double alloc_pairs(void *st, int dev, size_t size, int pairs) {
   devbuf_error err;
   void *s = NULL, *p = NULL;
@@ -218,30 +333,74 @@ static double alloc_pairs(void *st, int dev, size_t size, int pairs) {
   return median(batch, 5);
 }
 
+/* The same with raw cuMemAllocAsync + cuMemFreeAsync (the device's default
+ * pool) on a stream of its own: the baseline a pooled allocator is held to. */
+static double raw_async_pairs(int dev, size_t size, int pairs) {
+  CUdevice cudev;
+  CUcontext ctx, popped;
+  CUstream s;
+  CUdeviceptr p;
+  double batch[5];
+  RAW(raw.p_cuDeviceGet(&cudev, dev));
+  RAW(raw.p_cuDevicePrimaryCtxRetain(&ctx, cudev));
+  RAW(raw.p_cuCtxPushCurrent(ctx));
+  RAW(raw.p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (int i = 0; i < 100; i++) {
+    RAW(raw.p_cuMemAllocAsync(&p, size, s));
+    RAW(raw.p_cuMemFreeAsync(p, s));
+  }
+  RAW(raw.p_cuStreamSynchronize(s));
+  for (int b = 0; b < 5; b++) {
+    double t0 = now_s();
+    for (int i = 0; i < pairs; i++) {
+      RAW(raw.p_cuMemAllocAsync(&p, size, s));
+      RAW(raw.p_cuMemFreeAsync(p, s));
+    }
+    RAW(raw.p_cuStreamSynchronize(s));
+    batch[b] = (now_s() - t0) / pairs * 1e6;
+  }
+  RAW(raw.p_cuStreamDestroy(s));
+  RAW(raw.p_cuCtxPopCurrent(&popped));
+  raw.p_cuDevicePrimaryCtxRelease(cudev);
+  return median(batch, 5);
+}
+
 static void allocation(void *pooled, void *unpooled, int dev, int pairs) {
   static const size_t sizes[] = {256, 64 << 10, 1 << 20, 64 << 20};
+  /* cuMemAlloc/cuMemFree can take 100s of us at 64 MiB: fewer pairs there. */
+  int slow_pairs = pairs / 100 > 10 ? pairs / 100 : 10;
+  int all_le_1us = 1;
   printf("### Allocate + free\n\n");
-  printf("| size | pooled (us per pair) | cuMemAlloc/cuMemFree (us per pair) |\n");
-  printf("|---:|---:|---:|\n");
+  printf("| size | plugin, pooled (us per pair) | raw cuMemAllocAsync + cuMemFreeAsync (us per "
+         "pair) | plugin, DEVBUF_CUDA_NO_POOL=1: cuMemAlloc/cuMemFree (us per pair) |\n");
+  printf("|---:|---:|---:|---:|\n");
+  if (J) fputs(",\n  \"alloc\": [", J);
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    char label[32];
     double a = alloc_pairs(pooled, dev, sizes[k], pairs);
-    double b = alloc_pairs(unpooled, dev, sizes[k], pairs / 10 > 0 ? pairs / 10 : 1);
-    if (sizes[k] >= (1 << 20))
-      printf("| %zu MiB | %.2f | %.2f |\n", sizes[k] >> 20, a, b);
-    else if (sizes[k] >= 1024)
-      printf("| %zu KiB | %.2f | %.2f |\n", sizes[k] >> 10, a, b);
-    else
-      printf("| %zu B | %.2f | %.2f |\n", sizes[k], a, b);
+    double r = raw_async_pairs(dev, sizes[k], pairs);
+    double b = alloc_pairs(unpooled, dev, sizes[k], slow_pairs);
+    size_label(label, sizeof label, sizes[k]);
+    printf("| %s | %.3f | %.3f | %.2f |\n", label, a, r, b);
     fflush(stdout);
+    if (a > 1.0) all_le_1us = 0;
+    if (J)
+      fprintf(J, "%s\n    {\"bytes\": %zu, \"plugin_pooled_us\": %.4f, "
+                 "\"raw_alloc_async_us\": %.4f, \"plugin_unpooled_us\": %.3f}",
+              k ? "," : "", sizes[k], a, r, b);
   }
-  printf("\nmem_alloc and mem_free on one stream, %d pairs per batch (a tenth of that "
-         "unpooled), median of 5 batches, stream synchronized inside the timing.\n",
-         pairs);
+  if (J)
+    fprintf(J, "\n  ],\n  \"goals_alloc\": {\"pooled_le_1us_every_size\": %s}",
+            all_le_1us ? "true" : "false");
+  printf("\nmem_alloc and mem_free (or the raw pair) on one stream, %d pairs per batch (%d for "
+         "cuMemAlloc/cuMemFree), median of 5 batches, stream synchronized inside the timing.\n",
+         pairs, slow_pairs);
 }
 
 int main(int argc, char **argv) {
-  const char *plugin = DEVBUF_BENCH_CUDA_PLUGIN;
+  const char *plugin = DEVBUF_BENCH_CUDA_PLUGIN, *json = NULL;
   int dev = 0, iters = 20, pairs = 100000, count = 0, version = 0;
+  size_t max_size = (size_t)1 << 30;
   void *pooled = NULL, *unpooled = NULL;
   devbuf_error err;
   devbuf_device_props props;
@@ -254,8 +413,14 @@ int main(int argc, char **argv) {
       iters = atoi(argv[++i]);
     else if (strcmp(argv[i], "--pairs") == 0 && i + 1 < argc)
       pairs = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--max-size") == 0 && i + 1 < argc)
+      max_size = (size_t)strtoull(argv[++i], NULL, 0);
+    else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      json = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--plugin PATH] [--device N] [--iters N] [--pairs N]\n",
+      fprintf(stderr,
+              "usage: %s [--plugin PATH] [--device N] [--iters N] [--pairs N] "
+              "[--max-size BYTES] [--json PATH]\n",
               argv[0]);
       return 2;
     }
@@ -272,15 +437,27 @@ int main(int argc, char **argv) {
   memset(&props, 0, sizeof props);
   props.struct_size = sizeof props;
   PLUGIN(T->device_props(pooled, dev, &props, &err));
+  /* Opened only once there is a device: no empty file from a failed run. */
+  if (json && (J = fopen(json, "w")) == NULL) die(json, "cannot open for writing");
   {
     time_t t = time(NULL);
     char date[32];
-    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&t));
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M", gmtime(&t));
     printf("## CUDA\n\nDevice %d: %s, %.1f GiB; driver API %d.%d; %s (UTC); devbuf.cuda %s\n\n",
            dev, props.name, (double)props.total_memory / (1u << 30), version / 1000,
            (version % 1000) / 10, date, T->version);
+    if (J) {
+      fputs("{\n  \"tool\": \"bench_cuda\",\n  \"device\": ", J);
+      json_str(props.name);
+      fprintf(J, ",\n  \"ordinal\": %d,\n  \"total_memory\": %zu,\n  \"driver_api\": \"%d.%d\",\n"
+                 "  \"date_utc\": \"%s\",\n  \"plugin_version\": ",
+              dev, (size_t)props.total_memory, version / 1000, (version % 1000) / 10, date);
+      json_str(T->version);
+      fprintf(J, ",\n  \"iters\": %d,\n  \"pairs\": %d,\n  \"max_size\": %zu,\n", iters, pairs,
+              max_size);
+    }
   }
-  bandwidth(pooled, dev, iters);
+  bandwidth(pooled, dev, iters, max_size);
   /* A second plugin state with the pool turned off: the variable is read
    * when the state first uses the device, so keep it set until then. */
   setenv("DEVBUF_CUDA_NO_POOL", "1", 1);
@@ -294,5 +471,9 @@ int main(int argc, char **argv) {
   allocation(pooled, unpooled, dev, pairs);
   T->shutdown(unpooled);
   T->shutdown(pooled);
+  if (J) {
+    fputs("\n}\n", J);
+    if (fclose(J) != 0) die(json, "write failed");
+  }
   return 0;
 }

@@ -338,6 +338,20 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
   return r;
 }
 
+/* Not used by the plugin: bench_cuda's raw baseline (the device's default
+ * pool), so that `scripts/gpu-check.sh --fake` runs every path of it. */
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+  uintptr_t p;
+  CUresult r;
+  const char *np = getenv("FAKE_CUDA_NO_POOLS");
+  NEED_CTX();
+  if (np != NULL && strcmp(np, "1") == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if ((r = check_stream(hStream)) != CUDA_SUCCESS) return r;
+  r = track(bytesize, 1, 0, &p);
+  if (r == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
+  return r;
+}
+
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   CUresult r;
   NEED_CTX();
@@ -377,6 +391,10 @@ CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, C
 
 CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) {
   return cuMemcpyDtoHAsync(dst, src, n, NULL);
+}
+
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) {
+  return cuMemcpyHtoDAsync(dst, src, n, NULL);
 }
 
 /* ---- streams and events ------------------------------------------------------ */

@@ -1,0 +1,74 @@
+"""scripts/gpu_check_report.py on what only a real GPU run produces (failed
+and recorded tests, bench goals, a step out of time), so that the report of
+the one scarce GPU run is not its first test. The dry run of
+scripts/gpu-check.sh --fake (a stage of scripts/test.sh) covers the rest."""
+import json
+import pathlib
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "gpu_check_report.py"
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="3">
+<testcase classname="t" name="test_ok" time="0.5">
+  <properties><property name="producer_running_at_handoff" value="True"/></properties>
+</testcase>
+<testcase classname="t" name="test_bad" time="0.1">
+  <failure message="AssertionError: devbuf read before the producer finished">trace | here</failure>
+</testcase>
+<testcase classname="t" name="test_skip" time="0"><skipped message="CuPy is not installed"/></testcase>
+</testsuite></testsuites>
+"""
+
+BENCH = {"tool": "bench_cuda", "device": "NVIDIA H100 80GB HBM3",
+         "d2h": [{"bytes": 1 << 30, "plugin_pinned_gbs": 50.0, "raw_pinned_gbs": 51.0}],
+         "goals_d2h": {"at_bytes": 1 << 30, "pinned_ratio_ge_0_95": True,
+                       "pinned_ge_0_85_of_63gbs": False},
+         "goals_alloc": {"pooled_le_1us_every_size": True}}
+
+
+def test_report_of_a_real_run(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    (work / "steps.tsv").write_text(
+        "environment\tpass\t1\t\nbuild\tpass\t30\t\ninterop_tests\tfail\t40\texit status 1\n"
+        "bench_cuda\tpass\t60\t\nbench_cuda_interop\tout_of_time\t0\tnot run: budget spent\n")
+    (work / "interop.xml").write_text(JUNIT)
+    (work / "bench_cuda.json").write_text(json.dumps(BENCH))
+    (work / "bench_cuda.md").write_text("## CUDA\n\n| size | x |\n")
+    (work / "notes.txt").write_text("libffi not found: devbuf._pyplugin not built\n")
+    (work / "interop_tests.log").write_text("E   AssertionError\n")
+    r = subprocess.run([sys.executable, str(SCRIPT), "report", "--work", str(work), "--out",
+                        str(out), "--mode", "real", "--elapsed", "200"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all((out / f).is_file() for f in files), files
+    s = json.loads((out / "gpu-check.json").read_text())
+    assert s["failed_steps"] == ["interop_tests", "bench_cuda_interop"]
+    assert s["notes"] == ["libffi not found: devbuf._pyplugin not built"]
+    outcomes = {t["name"]: t for t in s["interop_tests"]}
+    assert outcomes["test_ok"]["recorded"] == {"producer_running_at_handoff": "True"}
+    assert outcomes["test_bad"]["outcome"] == "failed"
+    assert "devbuf read before" in outcomes["test_bad"]["message"]
+    assert outcomes["test_skip"]["message"] == "CuPy is not installed"
+    assert "d2h pinned_ge_0_85_of_63gbs: NOT met" in s["bench_cuda_goals"]
+    md = (out / "gpu-check.md").read_text()
+    assert "FAILED: interop_tests, bench_cuda_interop" in md and "| test_bad" not in md
+    assert "| `test_bad` | failed |" in md and "trace / here" not in md  # table kept whole
+    log = (out / "log.md").read_text()
+    assert "E   AssertionError" in log and "(not run: budget spent)" in log
+    assert "Note: libffi not found" in r.stdout
+
+
+def test_env_without_a_gpu(tmp_path):
+    p = tmp_path / "env.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "env", str(p),
+                        "--fake-lib", "/nonexistent/libcuda.so.1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    env = json.loads(p.read_text())
+    assert env["mode"] == "fake" and env["cuDriverGetVersion"].startswith("unavailable")
+    assert "python" in env and isinstance(env["packages"], dict)
