@@ -9,7 +9,6 @@ import sys
 import pytest
 
 import devbuf
-from devbuf import _devbuf
 from devbuf import _pickle
 
 
