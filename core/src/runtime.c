@@ -205,8 +205,8 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
 
 /* ---- devices ----------------------------------------------------------------- */
 
-int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
-                        devbuf_error *err) {
+int devbuf_device_open_ordinal(const char *identifier, int ordinal, devbuf_device *out,
+                               devbuf_error *err) {
   const char *in = NULL;
   size_t idx = 0;
   int rc = devbuf_identifier_lookup(identifier, &in, &idx, err);
@@ -229,10 +229,16 @@ int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
   return DEVBUF_OK;
 }
 
+/* The deprecated old name (devbuf/runtime.h says why it stays exported). */
+int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
+                               devbuf_error *err) {
+  return devbuf_device_open_ordinal(identifier, ordinal, out, err);
+}
+
 int devbuf_device_open(const char *spec, devbuf_device *out, devbuf_error *err) {
   if (spec == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device spec is NULL");
   const char *colon = strchr(spec, ':');
-  if (colon == NULL) return devbuf_device_open2(spec, 0, out, err);
+  if (colon == NULL) return devbuf_device_open_ordinal(spec, 0, out, err);
   size_t len = (size_t)(colon - spec);
   if (len == 0 || len > DEVBUF_IDENTIFIER_MAX)
     return devbuf_error_set(err, DEVBUF_EINVAL, "device spec '%s': bad identifier before ':'", spec);
@@ -250,7 +256,7 @@ int devbuf_device_open(const char *spec, devbuf_device *out, devbuf_error *err) 
     return devbuf_error_set(err, DEVBUF_EINVAL,
                             "device spec '%s': bad device ordinal '%s' (want 'identifier:N')",
                             spec, num);
-  return devbuf_device_open2(id, (int)v, out, err);
+  return devbuf_device_open_ordinal(id, (int)v, out, err);
 }
 
 int devbuf_device_count(const char *identifier, int *count, devbuf_error *err) {

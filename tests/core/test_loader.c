@@ -56,7 +56,7 @@ static void test_interning(void) {
   CHECK(a == b && a != copy, "interned identifiers compare by pointer");
   devbuf_device d1, d2;
   CHECK_OK(devbuf_device_open("cpu:0", &d1, &err), &err);
-  CHECK_OK(devbuf_device_open2(copy, 0, &d2, &err), &err);
+  CHECK_OK(devbuf_device_open_ordinal(copy, 0, &d2, &err), &err);
   CHECK(d1.identifier == d2.identifier && d1.identifier == a, "device identifiers interned");
 }
 

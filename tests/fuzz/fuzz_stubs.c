@@ -17,8 +17,8 @@ const char *devbuf_status_name(int code) {
 
 /* core/src/dlpack.c asks the runtime for a plugin's DLPack device type when
  * an identifier is not in its built-in table: here no plugin is loaded. */
-int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
-                        devbuf_error *err) {
+int devbuf_device_open_ordinal(const char *identifier, int ordinal, devbuf_device *out,
+                               devbuf_error *err) {
   (void)out;
   return devbuf_error_set(err, DEVBUF_ENOTFOUND, "fuzz stub: no plugin implements '%s' (%d)",
                           identifier ? identifier : "(null)", ordinal);
