@@ -28,7 +28,8 @@ static void exit_shutdown(void) {
     pthread_mutex_lock(&devbuf__rt.lock);
     int live = b->state == DEVBUF_PLUGIN_LOADED;
     if (live) {
-      devbuf__ident_release_backend(i);
+      devbuf__ident_release_owner(i);
+      devbuf__dtype_provider_remove(i);
       b->state = DEVBUF_PLUGIN_UNREGISTERED;
     }
     pthread_mutex_unlock(&devbuf__rt.lock);
@@ -128,7 +129,8 @@ int devbuf_plugin_unregister(size_t index, devbuf_error *err) {
                             b->name, (unsigned long long)a, (unsigned long long)s,
                             (unsigned long long)e, (unsigned long long)h);
   }
-  devbuf__ident_release_backend(index);
+  devbuf__ident_release_owner(index);
+  devbuf__dtype_provider_remove(index);
   /* b->reason stays: a reader may hold it (strings handed out live until
    * exit); devbuf_plugin_info_get says "unregistered" instead. */
   b->state = DEVBUF_PLUGIN_UNREGISTERED;
