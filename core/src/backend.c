@@ -586,7 +586,7 @@ int devbuf_device_info_import(const char *identifier, const void *info,
                               identifier, d.stream, b->name);
   }
   devbuf_device tmp;
-  rc = devbuf_device_open2(in, d.device_ordinal, &tmp, err);
+  rc = devbuf_device_open_ordinal(in, d.device_ordinal, &tmp, err);
   if (rc) return rc;
   if (desc) *desc = d;
   if (dev) *dev = tmp;

@@ -134,7 +134,7 @@ int devbuf_dlpack_device_from_identifier(const char *identifier, int32_t ordinal
      * (-1 or 0) has no DLPack device type. */
     devbuf_device dev;
     devbuf_device_props props;
-    if (devbuf_device_open2(identifier, ordinal, &dev, NULL) == DEVBUF_OK &&
+    if (devbuf_device_open_ordinal(identifier, ordinal, &dev, NULL) == DEVBUF_OK &&
         devbuf_device_props_get(&dev, &props, NULL) == DEVBUF_OK && props.dlpack_device_type > 0) {
       out->device_type = (DLDeviceType)props.dlpack_device_type;
       out->device_id = props.dlpack_device_type == kDLCPU ? 0 : props.dlpack_device_id;

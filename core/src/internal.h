@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "devbuf/runtime.h"
+#include "registry.h" /* registry/src: what the registry below offers */
 
 #ifndef DEVBUF_MAX_PLUGINS /* the fuzz build raises it: records are never freed */
 #define DEVBUF_MAX_PLUGINS 4096
@@ -33,6 +34,7 @@ struct devbuf_backend {
   uint16_t abi_major, abi_minor;
   char *reason;                 /* "" when loaded without remark */
   const char **identifiers;     /* interned, NULL-terminated (empty if failed) */
+  devbuf__dtype_provider dtype_provider; /* its dtype_namespaces, added to the registry */
   devbuf_plugin_table table;    /* zero-padded copy: fields past struct_size are NULL */
   void *plugin_state;           /* from init */
   void *dl_handle;              /* NULL for registered tables */
@@ -80,13 +82,6 @@ void devbuf__discover(void);
 int devbuf__load_file(const char *path, const char *source, size_t *index, devbuf_error *err);
 int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const char *source,
                       void *dl_handle, size_t *index, devbuf_error *err);
-
-/* registry/src/identifiers.c: interned identifiers, guarded by devbuf__rt.lock
- * for writers; lookups are lock-free over an append-only array. */
-const char *devbuf__intern(const char *s); /* caller holds devbuf__rt.lock */
-int devbuf__ident_claim(const char *interned, size_t backend_index, size_t *owner);
-void devbuf__ident_release_backend(size_t backend_index);
-int devbuf__ident_find(const char *identifier, const char **interned, size_t *backend_index);
 
 /* backend.c */
 devbuf_backend *devbuf__backend_get(size_t index);

@@ -319,7 +319,7 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
     bad = i;
   }
   if (crc != DEVBUF_OK) {
-    devbuf__ident_release_backend(n);
+    devbuf__ident_release_owner(n);
     pthread_mutex_unlock(&devbuf__rt.lock);
     free(ids);
     if (t->shutdown) t->shutdown(b->plugin_state);
@@ -362,9 +362,13 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   b->dl_handle = dl_handle;
   b->state = DEVBUF_PLUGIN_LOADED;
   rc = publish(b, index, err);
+  /* Published records are never freed, so the registry may keep the
+   * provider record and the plugin's name. */
+  if (rc == DEVBUF_OK && b->table.dtype_namespaces != NULL)
+    devbuf__dtype_provider_add(&b->dtype_provider, n, b->name, b->table.dtype_namespaces);
   pthread_mutex_unlock(&devbuf__rt.lock);
   if (rc != DEVBUF_OK) {
-    devbuf__ident_release_backend(n);
+    devbuf__ident_release_owner(n);
     if (t->shutdown) t->shutdown(b->plugin_state);
     free(ids); free(b->path); free(b->source); free(b->reason);
     free(b->name); free(b->version); free(b->description); free(b);

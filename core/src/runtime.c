@@ -28,7 +28,8 @@ static void exit_shutdown(void) {
     pthread_mutex_lock(&devbuf__rt.lock);
     int live = b->state == DEVBUF_PLUGIN_LOADED;
     if (live) {
-      devbuf__ident_release_backend(i);
+      devbuf__ident_release_owner(i);
+      devbuf__dtype_provider_remove(i);
       b->state = DEVBUF_PLUGIN_UNREGISTERED;
     }
     pthread_mutex_unlock(&devbuf__rt.lock);
@@ -128,7 +129,8 @@ int devbuf_plugin_unregister(size_t index, devbuf_error *err) {
                             b->name, (unsigned long long)a, (unsigned long long)s,
                             (unsigned long long)e, (unsigned long long)h);
   }
-  devbuf__ident_release_backend(index);
+  devbuf__ident_release_owner(index);
+  devbuf__dtype_provider_remove(index);
   /* b->reason stays: a reader may hold it (strings handed out live until
    * exit); devbuf_plugin_info_get says "unregistered" instead. */
   b->state = DEVBUF_PLUGIN_UNREGISTERED;
@@ -207,8 +209,8 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
 
 /* ---- devices ----------------------------------------------------------------- */
 
-int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
-                        devbuf_error *err) {
+int devbuf_device_open_ordinal(const char *identifier, int ordinal, devbuf_device *out,
+                               devbuf_error *err) {
   const char *in = NULL;
   size_t idx = 0;
   int rc = devbuf_identifier_lookup(identifier, &in, &idx, err);
@@ -231,10 +233,16 @@ int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
   return DEVBUF_OK;
 }
 
+/* The deprecated old name (devbuf/runtime.h says why it stays exported). */
+int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
+                               devbuf_error *err) {
+  return devbuf_device_open_ordinal(identifier, ordinal, out, err);
+}
+
 int devbuf_device_open(const char *spec, devbuf_device *out, devbuf_error *err) {
   if (spec == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device spec is NULL");
   const char *colon = strchr(spec, ':');
-  if (colon == NULL) return devbuf_device_open2(spec, 0, out, err);
+  if (colon == NULL) return devbuf_device_open_ordinal(spec, 0, out, err);
   size_t len = (size_t)(colon - spec);
   if (len == 0 || len > DEVBUF_IDENTIFIER_MAX)
     return devbuf_error_set(err, DEVBUF_EINVAL, "device spec '%s': bad identifier before ':'", spec);
@@ -252,7 +260,7 @@ int devbuf_device_open(const char *spec, devbuf_device *out, devbuf_error *err) 
     return devbuf_error_set(err, DEVBUF_EINVAL,
                             "device spec '%s': bad device ordinal '%s' (want 'identifier:N')",
                             spec, num);
-  return devbuf_device_open2(id, (int)v, out, err);
+  return devbuf_device_open_ordinal(id, (int)v, out, err);
 }
 
 int devbuf_device_count(const char *identifier, int *count, devbuf_error *err) {

@@ -1,5 +1,9 @@
 /* The dtype-namespace registry and devbuf's own `devbuf` namespace.
  *
+ * A pure data structure, like the rest of registry/: the namespaces of
+ * plugins are the ones the core has added as providers (registry.h); nothing
+ * here starts the runtime or reads the core's plugin records.
+ *
  * Reads are lock-free: registered namespaces sit in a prepend-only linked
  * list of records that are never freed. Each record counts the interpret
  * calls running in it, so that unregister can wait for them (the reader
@@ -15,8 +19,8 @@
 #include <string.h>
 
 #include "devbuf/format.h"
-#include "devbuf/runtime.h"
 #include "format_internal.h"
+#include "registry.h"
 
 /* ---- the builtin `devbuf` namespace ---------------------------------------- */
 typedef struct builtin_type {
@@ -197,7 +201,7 @@ static int reserved_interpret(void *ctx, const char *payload, size_t len, devbuf
   bool is_struct = ctx != NULL;
   uint64_t sz = 0, al = 1;
   size_t off = 0;
-  int r = devbuf_format_itemsize(payload, len,
+  int r = devbuf__format_itemsize(payload, len,
                                  is_struct ? DEVBUF_FORMAT_STRUCT
                                            : DEVBUF_FORMAT_DEFAULT | DEVBUF_FORMAT_NO_CUSTOM,
                                  &sz, &al, &off, err);
@@ -266,26 +270,41 @@ static bool ns_readable(const devbuf_dtype_namespace *ns) {
          ns->id != NULL && ns->interpret != NULL;
 }
 
-static bool plugin_ns_usable(const devbuf_plugin_table *t) {
-  return t != NULL &&
-         t->struct_size >= offsetof(devbuf_plugin_table, dtype_namespaces) + sizeof(void *) &&
-         t->dtype_namespaces != NULL;
+/* Plugins' namespaces, as the core adds them: an append-only list in the
+ * order added (the plugins' load order), walked without a lock. */
+static devbuf__dtype_provider *_Atomic g_prov_head;
+static devbuf__dtype_provider *g_prov_tail; /* guarded by g_lock */
+
+void devbuf__dtype_provider_add(devbuf__dtype_provider *p, size_t owner, const char *name,
+                                const devbuf_dtype_namespace *const *namespaces) {
+  p->name = name;
+  p->namespaces = namespaces;
+  p->owner = owner;
+  atomic_init(&p->removed, 0);
+  atomic_init(&p->next, NULL);
+  pthread_mutex_lock(&g_lock);
+  if (g_prov_tail == NULL) atomic_store(&g_prov_head, p);
+  else atomic_store(&g_prov_tail->next, p);
+  g_prov_tail = p;
+  pthread_mutex_unlock(&g_lock);
 }
 
-/* Walk the namespaces of loaded plugins; stop when fn returns true. */
+void devbuf__dtype_provider_remove(size_t owner) {
+  pthread_mutex_lock(&g_lock);
+  for (devbuf__dtype_provider *p = atomic_load(&g_prov_head); p != NULL; p = atomic_load(&p->next))
+    if (p->owner == owner) atomic_store(&p->removed, 1);
+  pthread_mutex_unlock(&g_lock);
+}
+
+/* Walk the namespaces of the providers; stop when fn returns true. */
 typedef bool (*plugin_ns_fn)(const devbuf_dtype_namespace *ns, const char *plugin, void *arg);
 static void each_plugin_ns(plugin_ns_fn fn, void *arg) {
-  size_t n = devbuf_plugin_count();
-  for (size_t i = 0; i < n; i++) {
-    devbuf_plugin_info info;
-    memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    if (devbuf_plugin_info_get(i, &info, NULL) != DEVBUF_OK) continue;
-    if (info.state != DEVBUF_PLUGIN_LOADED || !plugin_ns_usable(info.table)) continue;
-    for (const devbuf_dtype_namespace *const *pp = info.table->dtype_namespaces; *pp != NULL;
-         pp++) {
+  for (devbuf__dtype_provider *p = atomic_load(&g_prov_head); p != NULL;
+       p = atomic_load(&p->next)) {
+    if (atomic_load(&p->removed) || p->namespaces == NULL) continue;
+    for (const devbuf_dtype_namespace *const *pp = p->namespaces; *pp != NULL; pp++) {
       if (!ns_readable(*pp)) continue;
-      if (fn(*pp, info.name ? info.name : "?", arg)) return;
+      if (fn(*pp, p->name ? p->name : "?", arg)) return;
     }
   }
 }
@@ -365,7 +384,8 @@ static int call_ns(const devbuf_dtype_namespace *ns, const char *id, size_t idl,
   if (r == DEVBUF_OK) r = desc_check(id, idl, desc, err);
   if (r == DEVBUF_OK) return DEVBUF__RESOLVED;
   if (err != NULL && err->message[0] == '\0')
-    devbuf_error_set(err, r, "%.*s: interpreter returned %s", (int)idl, id, devbuf_status_name(r));
+    devbuf_error_set(err, r, "%.*s: interpreter returned status %d without a message", (int)idl,
+                     id, r);
   *status = r;
   return DEVBUF__REFUSED;
 }
@@ -412,7 +432,7 @@ static int id_check(const char *id, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-DEVBUF_API int devbuf_dtype_register(const devbuf_dtype_namespace *ns, devbuf_error *err) {
+int devbuf__dtype_register(const devbuf_dtype_namespace *ns, devbuf_error *err) {
   if (!ns_readable(ns))
     return devbuf_error_set(err, DEVBUF_EINVAL,
                             "dtype_register: namespace is NULL, has struct_size %u too small, or "
@@ -424,7 +444,7 @@ DEVBUF_API int devbuf_dtype_register(const devbuf_dtype_namespace *ns, devbuf_er
       strcmp(ns->id, "devbuf") == 0)
     return devbuf_error_set(err, DEVBUF_EEXIST, "dtype_register: '%s' is reserved", ns->id);
   size_t idl = strlen(ns->id);
-  /* Plugins first, outside our lock (this may start the runtime). */
+  /* Plugins first, outside our lock (the provider list is read without one). */
   plugin_find pf = {ns->id, idl, NULL, NULL};
   each_plugin_ns(plugin_find_fn, &pf);
   if (pf.found != NULL)
@@ -472,7 +492,7 @@ DEVBUF_API int devbuf_dtype_unregister(const char *id, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-DEVBUF_API int devbuf_dtype_lookup(const char *id, size_t len, const devbuf_dtype_namespace **out,
+int devbuf__dtype_lookup(const char *id, size_t len, const devbuf_dtype_namespace **out,
                                    const char **source, devbuf_error *err) {
   if (id == NULL || out == NULL)
     return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_lookup: NULL argument");
@@ -511,7 +531,7 @@ DEVBUF_API int devbuf_dtype_lookup(const char *id, size_t len, const devbuf_dtyp
                           (int)(len > 64 ? 64 : len), id);
 }
 
-DEVBUF_API int devbuf_dtype_interpret(const char *id, const char *payload, size_t len,
+int devbuf__dtype_interpret(const char *id, const char *payload, size_t len,
                                       devbuf_dtype_desc *out, devbuf_error *err) {
   if (id == NULL || out == NULL || (payload == NULL && len != 0))
     return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_interpret: NULL argument");
@@ -526,7 +546,7 @@ DEVBUF_API int devbuf_dtype_interpret(const char *id, const char *payload, size_
   if (r == DEVBUF__RESOLVED) return DEVBUF_OK;
   if (r == DEVBUF__REFUSED) return st;
   const devbuf_dtype_namespace *ns;
-  return devbuf_dtype_lookup(id, idl, &ns, NULL, err);
+  return devbuf__dtype_lookup(id, idl, &ns, NULL, err);
 }
 
 /* ---- listing ------------------------------------------------------------------- */
@@ -553,13 +573,13 @@ static size_t registered_count(void) {
   return n;
 }
 
-DEVBUF_API size_t devbuf_dtype_namespace_count(void) {
+size_t devbuf__dtype_namespace_count(void) {
   plugin_nth pn = {(size_t)-1, 0, NULL, NULL};
   each_plugin_ns(plugin_nth_fn, &pn);
   return 3 + registered_count() + pn.seen;
 }
 
-DEVBUF_API int devbuf_dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
+int devbuf__dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
                                           const char **source, devbuf_error *err) {
   if (ns == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_namespace_get: NULL ns");
   const devbuf_dtype_namespace *fixed[] = {&STRUCT_NS, &BUFFER_NS, &BUILTIN_NS};

@@ -15,6 +15,7 @@
 
 #include "devbuf/format.h"
 #include "format_internal.h"
+#include "registry.h"
 
 #define MAX_DEPTH 64
 #define MAX_NDIM 64
@@ -1320,7 +1321,7 @@ static int run(fp *p, uint64_t *size, uint64_t *align, char *end_bo, uint32_t *n
   return DEVBUF_OK;
 }
 
-DEVBUF_API int devbuf_format_itemsize(const char *fmt, size_t len, uint32_t flags,
+int devbuf__format_itemsize(const char *fmt, size_t len, uint32_t flags,
                                       uint64_t *itemsize, uint64_t *alignment,
                                       size_t *error_offset, devbuf_error *err) {
   if (fmt == NULL && len != 0) {
@@ -1355,7 +1356,7 @@ DEVBUF_API void devbuf_format_release(devbuf_format *f) {
   f->nfields = 0;
 }
 
-DEVBUF_API int devbuf_format_parse(const char *fmt, size_t len, uint32_t flags, devbuf_format *out,
+int devbuf__format_parse(const char *fmt, size_t len, uint32_t flags, devbuf_format *out,
                                    devbuf_error *err) {
   if (out == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "format: NULL result");
   if (out->struct_size != sizeof *out)
@@ -1390,7 +1391,7 @@ DEVBUF_API int devbuf_format_parse(const char *fmt, size_t len, uint32_t flags, 
   return DEVBUF_OK;
 }
 
-DEVBUF_API int devbuf_format_parse_alloc(const char *fmt, size_t len, uint32_t flags,
+int devbuf__format_parse_alloc(const char *fmt, size_t len, uint32_t flags,
                                          devbuf_format **out, size_t *error_offset,
                                          devbuf_error *err) {
   if (out == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "format: NULL result pointer");
@@ -1398,7 +1399,7 @@ DEVBUF_API int devbuf_format_parse_alloc(const char *fmt, size_t len, uint32_t f
   devbuf_format *f = (devbuf_format *)malloc(sizeof *f);
   if (f == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "format: out of memory");
   f->struct_size = sizeof *f;
-  int r = devbuf_format_parse(fmt, len, flags, f, err);
+  int r = devbuf__format_parse(fmt, len, flags, f, err);
   if (r != DEVBUF_OK) {
     if (error_offset) *error_offset = (size_t)f->error_offset;
     devbuf_format_release(f);

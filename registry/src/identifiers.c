@@ -1,14 +1,18 @@
-/* The device-identifier registry: identifier -> plugin, with interning.
+/* The device-identifier registry: identifier -> owner (the core's plugin
+ * index), with interning. A pure data structure: it calls only the C library
+ * (registry.h says who does the rest).
  *
  * Identifiers are interned once (never freed, never moved) so that, after one
  * lookup, code compares them by pointer, as the buffer-protocol draft intends
- * for `Py_buffer.device`. The table is append-only: writers hold
- * devbuf__rt.lock, readers scan without it up to the published count. */
+ * for `Py_buffer.device`. The table is append-only: the caller serialises
+ * writers (the core holds its runtime lock), readers scan without a lock up
+ * to the published count. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "devbuf/runtime.h"
+#include "registry.h"
 
 #define DEVBUF_MAX_IDENTIFIERS 8192
 
@@ -33,41 +37,43 @@ const char *devbuf__intern(const char *s) {
   if (e != NULL) return e->name;
   size_t n = atomic_load_explicit(&g_nidents, memory_order_relaxed);
   if (n >= DEVBUF_MAX_IDENTIFIERS) return NULL;
-  char *copy = devbuf__strdup(s);
+  size_t len = strlen(s) + 1;
+  char *copy = malloc(len);
   if (copy == NULL) return NULL;
+  memcpy(copy, s, len);
   g_idents[n].name = copy;
   atomic_store_explicit(&g_idents[n].owner, 0, memory_order_relaxed);
   atomic_store_explicit(&g_nidents, n + 1, memory_order_release);
   return copy;
 }
 
-int devbuf__ident_claim(const char *interned, size_t backend_index, size_t *owner) {
+int devbuf__ident_claim(const char *interned, size_t owner, size_t *current_owner) {
   ident_entry *e = find_entry(interned);
   if (e == NULL) return DEVBUF_EINTERNAL;
   size_t cur = atomic_load(&e->owner);
   if (cur != 0) {
-    if (owner) *owner = cur - 1;
+    if (current_owner) *current_owner = cur - 1;
     return DEVBUF_EEXIST;
   }
-  atomic_store(&e->owner, backend_index + 1);
+  atomic_store(&e->owner, owner + 1);
   return DEVBUF_OK;
 }
 
-void devbuf__ident_release_backend(size_t backend_index) {
+void devbuf__ident_release_owner(size_t owner) {
   size_t n = atomic_load_explicit(&g_nidents, memory_order_acquire);
   for (size_t i = 0; i < n; i++) {
-    size_t expected = backend_index + 1;
+    size_t expected = owner + 1;
     atomic_compare_exchange_strong(&g_idents[i].owner, &expected, 0);
   }
 }
 
-int devbuf__ident_find(const char *identifier, const char **interned, size_t *backend_index) {
+int devbuf__ident_find(const char *identifier, const char **interned, size_t *owner) {
   ident_entry *e = find_entry(identifier);
   if (e == NULL) return DEVBUF_ENOTFOUND;
-  size_t owner = atomic_load(&e->owner);
-  if (owner == 0) return DEVBUF_ENOTFOUND;
+  size_t o = atomic_load(&e->owner);
+  if (o == 0) return DEVBUF_ENOTFOUND;
   if (interned) *interned = e->name;
-  if (backend_index) *backend_index = owner - 1;
+  if (owner) *owner = o - 1;
   return DEVBUF_OK;
 }
 
@@ -94,72 +100,20 @@ int devbuf_identifier_check(const char *identifier, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-static size_t count_failed(void) {
-  size_t n = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire), k = 0;
-  for (size_t i = 0; i < n; i++) k += devbuf__rt.backends[i]->state == DEVBUF_PLUGIN_FAILED;
-  return k;
-}
-
-/* The failed plugin most likely meant to implement `identifier`: one whose
- * reason names it, else one whose file is devbuf_plugin_<last part>.so, else
- * the first that failed. NULL when none failed. */
-static const devbuf_backend *failed_candidate(const char *identifier) {
-  size_t n = atomic_load_explicit(&devbuf__rt.nbackends, memory_order_acquire);
-  const devbuf_backend *first = NULL, *by_file = NULL;
-  char quoted[DEVBUF_IDENTIFIER_MAX + 3], file[DEVBUF_IDENTIFIER_MAX + 32];
-  const char *dot = strrchr(identifier, '.');
-  snprintf(quoted, sizeof quoted, "'%s'", identifier);
-  snprintf(file, sizeof file, "/devbuf_plugin_%s.so", dot ? dot + 1 : identifier);
-  for (size_t i = 0; i < n; i++) {
-    const devbuf_backend *b = devbuf__rt.backends[i];
-    if (b->state != DEVBUF_PLUGIN_FAILED || b->reason == NULL) continue;
-    if (strstr(b->reason, quoted) != NULL) return b;
-    size_t lp = strlen(b->path), lf = strlen(file);
-    if (by_file == NULL && lp >= lf && strcmp(b->path + lp - lf, file) == 0) by_file = b;
-    if (first == NULL) first = b;
-  }
-  return by_file ? by_file : first;
-}
-
-int devbuf_identifier_lookup(const char *identifier, const char **interned,
-                             size_t *plugin_index, devbuf_error *err) {
-  int rc = devbuf_init(err);
-  if (rc) return rc;
-  rc = devbuf_identifier_check(identifier, err);
-  if (rc) return rc;
-  if (devbuf__ident_find(identifier, interned, plugin_index) != DEVBUF_OK) {
-    /* A plugin that failed to load is the likely reason: say which and why,
-     * rather than leave the caller to find it in a listing (issue 22). */
-    const devbuf_backend *why = failed_candidate(identifier);
-    size_t nfailed = count_failed();
-    if (why != NULL)
-      return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                              "no plugin implements device identifier '%s'; %zu plugin%s failed "
-                              "to load, e.g. %s: %s (devbuf-info lists them all)",
-                              identifier, nfailed, nfailed == 1 ? "" : "s", why->path, why->reason);
-    return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                            "no plugin implements device identifier '%s' (devbuf-info lists "
-                            "the registered ones and why a plugin did not load)", identifier);
-  }
-  return DEVBUF_OK;
-}
-
-size_t devbuf_identifier_count(void) {
-  devbuf_init(NULL);
+size_t devbuf__ident_count(void) {
   size_t n = atomic_load_explicit(&g_nidents, memory_order_acquire), k = 0;
   for (size_t i = 0; i < n; i++)
     if (atomic_load(&g_idents[i].owner) != 0) k++;
   return k;
 }
 
-const char *devbuf_identifier_get(size_t index, size_t *plugin_index) {
-  devbuf_init(NULL);
+const char *devbuf__ident_get(size_t index, size_t *owner) {
   size_t n = atomic_load_explicit(&g_nidents, memory_order_acquire), k = 0;
   for (size_t i = 0; i < n; i++) {
-    size_t owner = atomic_load(&g_idents[i].owner);
-    if (owner == 0) continue;
+    size_t o = atomic_load(&g_idents[i].owner);
+    if (o == 0) continue;
     if (k++ == index) {
-      if (plugin_index) *plugin_index = owner - 1;
+      if (owner) *owner = o - 1;
       return g_idents[i].name;
     }
   }

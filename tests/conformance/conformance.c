@@ -217,7 +217,7 @@ static int check_properties(ctx *c) {
   for (int i = 0; i < c->count; i++) {
     devbuf_device d;
     devbuf_device_props q;
-    OK(devbuf_device_open2(c->dev.identifier, i, &d, &c->err));
+    OK(devbuf_device_open_ordinal(c->dev.identifier, i, &d, &c->err));
     OK(devbuf_device_props_get(&d, &q, &c->err));
     REQUIRE(q.name[0] != '\0', "device %d has an empty name", i);
   }
@@ -658,9 +658,9 @@ static int check_device_info_invalid(ctx *c) {
 
 static int check_error_bad_ordinal(ctx *c) {
   devbuf_device d;
-  REQUIRE_FAILS(devbuf_device_open2(c->dev.identifier, c->count, &d, &c->err), DEVBUF_ENODEV,
+  REQUIRE_FAILS(devbuf_device_open_ordinal(c->dev.identifier, c->count, &d, &c->err), DEVBUF_ENODEV,
                 DEVBUF_EINVAL);
-  REQUIRE_FAILS(devbuf_device_open2(c->dev.identifier, -1, &d, &c->err), DEVBUF_ENODEV,
+  REQUIRE_FAILS(devbuf_device_open_ordinal(c->dev.identifier, -1, &d, &c->err), DEVBUF_ENODEV,
                 DEVBUF_EINVAL);
   char spec[128];
   snprintf(spec, sizeof spec, "%s:%d", c->dev.identifier, c->count + 7);

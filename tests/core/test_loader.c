@@ -56,8 +56,30 @@ static void test_interning(void) {
   CHECK(a == b && a != copy, "interned identifiers compare by pointer");
   devbuf_device d1, d2;
   CHECK_OK(devbuf_device_open("cpu:0", &d1, &err), &err);
-  CHECK_OK(devbuf_device_open2(copy, 0, &d2, &err), &err);
+  CHECK_OK(devbuf_device_open_ordinal(copy, 0, &d2, &err), &err);
   CHECK(d1.identifier == d2.identifier && d1.identifier == a, "device identifiers interned");
+}
+
+/* devbuf_device_open_ordinal opens what devbuf_device_open opens from the
+ * spec "identifier:ordinal"; devbuf_device_open2, its old name, is still
+ * exported by libdevbuf (this test links it) and behaves the same. */
+static void test_open_ordinal_and_old_name(void) {
+  devbuf_error err;
+  devbuf_device by_spec, by_ordinal, by_old;
+  CHECK_OK(devbuf_device_open("cpu:0", &by_spec, &err), &err);
+  CHECK_OK(devbuf_device_open_ordinal("cpu", 0, &by_ordinal, &err), &err);
+  CHECK(by_spec.identifier == by_ordinal.identifier && by_spec.ordinal == by_ordinal.ordinal &&
+            by_spec.backend == by_ordinal.backend, "same device both ways");
+  CHECK(devbuf_device_open_ordinal("cpu", -1, NULL, &err) == DEVBUF_ENODEV, "negative ordinal");
+  CHECK(devbuf_device_open_ordinal("no.such.device", 0, NULL, &err) == DEVBUF_ENOTFOUND,
+        "unknown identifier");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  CHECK_OK(devbuf_device_open2("cpu", 0, &by_old, &err), &err);
+  CHECK(devbuf_device_open2("cpu", -1, NULL, &err) == DEVBUF_ENODEV, "old name, same checks");
+#pragma GCC diagnostic pop
+  CHECK(by_old.identifier == by_ordinal.identifier && by_old.backend == by_ordinal.backend,
+        "the old name opens the same device");
 }
 
 static void test_identifier_rules(void) {
@@ -276,6 +298,7 @@ int main(int argc, char **argv) {
   RUN(test_versions);
   RUN(test_default_discovery_finds_cpu);
   RUN(test_interning);
+  RUN(test_open_ordinal_and_old_name);
   RUN(test_identifier_rules);
   RUN(test_device_spec_errors);
   RUN(test_broken_corpus);

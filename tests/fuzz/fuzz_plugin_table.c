@@ -311,9 +311,9 @@ static void exercise(size_t index, const devbuf_plugin_table *t, int have_option
   }
   REQUIRE(count >= 1);
   devbuf_device d;
-  rc = devbuf_device_open2(info.identifiers[n - 1], count - 1, &d, &err);
+  rc = devbuf_device_open_ordinal(info.identifiers[n - 1], count - 1, &d, &err);
   REQUIRE(rc == DEVBUF_OK);
-  REQUIRE(devbuf_device_open2(info.identifiers[0], count, NULL, &err) == DEVBUF_ENODEV);
+  REQUIRE(devbuf_device_open_ordinal(info.identifiers[0], count, NULL, &err) == DEVBUF_ENODEV);
   devbuf_device_props props;
   REQUIRE(devbuf_device_props_get(&d, &props, &err) == DEVBUF_OK);
   /* The plugin filled name without a terminator: the host must still hand

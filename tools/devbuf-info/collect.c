@@ -153,7 +153,7 @@ static void probe_plugin_untimed(info_plugin *p) {
     devbuf_device dev;
     dv->ordinal = (int)d;
     devbuf_error_clear(&e);
-    rc = devbuf_device_open2(p->primary_id, (int)d, &dev, &e);
+    rc = devbuf_device_open_ordinal(p->primary_id, (int)d, &dev, &e);
     if (rc == DEVBUF_OK) {
       dv->props.struct_size = sizeof dv->props;
       rc = devbuf_device_props_get(&dev, &dv->props, &e);

@@ -37,7 +37,7 @@ enum info_probe {
 
 typedef struct info_device {
   int ordinal;
-  int status;                 /* devbuf_status of device_open2 + device_props_get */
+  int status;                 /* devbuf_status of device_open_ordinal + device_props_get */
   char error[INFO_REASON_MAX];/* why props could not be read, "" when status == OK */
   devbuf_device_props props;
 } info_device;

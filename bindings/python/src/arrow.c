@@ -654,7 +654,7 @@ static int import_device(DbpArrowImport *a, const DbpArrowSchema *s) {
     if (a->event != NULL) {
       const char *rt = t == DBP_ARROW_DEVICE_ROCM_HOST ? "devbuf.hip" : "devbuf.cuda";
       devbuf_device d;
-      int r = devbuf_device_open2(rt, (int)id, &d, &err);
+      int r = devbuf_device_open_ordinal(rt, (int)id, &d, &err);
       if (r == DEVBUF_OK) DBP_NOGIL(r = devbuf_event_synchronize(&d, a->event, &err));
       if (r != DEVBUF_OK) {
         PyErr_Format(PyExc_BufferError,
@@ -806,7 +806,7 @@ static int import_prepare(DbpArrowImport *a) {
   devbuf_error_clear(&err);
   int rc = DEVBUF_OK;
   if (!a->has_dev) {
-    rc = devbuf_device_open2(a->identifier, a->ordinal, &a->dev, &err);
+    rc = devbuf_device_open_ordinal(a->identifier, a->ordinal, &a->dev, &err);
     if (rc == DEVBUF_OK) a->has_dev = 1;
   }
   uint32_t flags = DEVBUF_DEVICE_INFO_READONLY; /* Arrow data is immutable */

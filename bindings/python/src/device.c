@@ -82,7 +82,7 @@ DbpDevice *dbp_device_host(void) {
   devbuf_device dev;
   devbuf_error err;
   devbuf_error_clear(&err);
-  if (devbuf_device_open2("cpu", 0, &dev, &err) == DEVBUF_OK) {
+  if (devbuf_device_open_ordinal("cpu", 0, &dev, &err) == DEVBUF_OK) {
     g_host = dbp_device_from_devbuf(&dev);
     return g_host;
   }
@@ -163,7 +163,7 @@ PyObject *dbp_devices(PyObject *self, PyObject *unused) {
     if (devbuf_device_count(id, &count, NULL) != DEVBUF_OK) continue; /* no device: skipped */
     for (int k = 0; k < count; k++) {
       devbuf_device dev;
-      if (devbuf_device_open2(id, k, &dev, NULL) != DEVBUF_OK) continue;
+      if (devbuf_device_open_ordinal(id, k, &dev, NULL) != DEVBUF_OK) continue;
       DbpDevice *d = dbp_device_from_devbuf(&dev);
       if (d == NULL || PyList_Append(out, (PyObject *)d) < 0) {
         Py_XDECREF(d);

@@ -132,7 +132,7 @@ DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *pr
 /* Open the tensor's device (once). */
 static int foreign_open(DbpForeign *f, devbuf_error *err) {
   if (f->has_dev) return DEVBUF_OK;
-  int rc = devbuf_device_open2(f->desc.identifier, f->desc.ordinal, &f->dev, err);
+  int rc = devbuf_device_open_ordinal(f->desc.identifier, f->desc.ordinal, &f->dev, err);
   if (rc == DEVBUF_OK) f->has_dev = 1;
   return rc;
 }
@@ -548,7 +548,7 @@ static PyObject *consumer_stream(DLDevice pd) {
       size_t size = 0;
       devbuf_error err;
       devbuf_error_clear(&err);
-      if (devbuf_device_open2("devbuf.opencl", pd.device_id, &dev, &err) == DEVBUF_OK &&
+      if (devbuf_device_open_ordinal("devbuf.opencl", pd.device_id, &dev, &err) == DEVBUF_OK &&
           devbuf_device_info_export(&dev, NULL, NULL, 0, &info, sizeof info, &size, &err) ==
               DEVBUF_OK &&
           size >= offsetof(devbuf_device_info, stream) + sizeof info.stream && info.stream != NULL)

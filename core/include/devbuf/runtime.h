@@ -146,8 +146,21 @@ typedef struct devbuf_device {
   devbuf_backend *backend;
 } devbuf_device;
 
-/* Resolve "identifier" (ordinal 0) or "identifier:N". */
+/* Open a device by spec string: "identifier" (ordinal 0) or "identifier:N". */
 DEVBUF_API int devbuf_device_open(const char *spec, devbuf_device *out, devbuf_error *err);
+/* Open a device by identifier and ordinal, already apart: the same as
+ * devbuf_device_open("identifier:ordinal") without formatting and parsing a
+ * spec. DEVBUF_ENODEV when the ordinal is out of range (negative included). */
+DEVBUF_API int devbuf_device_open_ordinal(const char *identifier, int ordinal,
+                                          devbuf_device *out, devbuf_error *err);
+/* Deprecated: the old name of devbuf_device_open_ordinal, with the same
+ * behaviour. It was exported by libdevbuf.so.0 and declared in this
+ * installed header, so a consumer built against an earlier 0.x may link it:
+ * it stays exported (removing it would break that binary at load time, an
+ * ABI break within one soname), and new code gets a compiler warning. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((deprecated("use devbuf_device_open_ordinal")))
+#endif
 DEVBUF_API int devbuf_device_open2(const char *identifier, int ordinal, devbuf_device *out,
                                    devbuf_error *err);
 DEVBUF_API int devbuf_device_count(const char *identifier, int *count, devbuf_error *err);
