@@ -122,16 +122,8 @@ class DLPackOnly:
         return self.a.__dlpack_device__()
 
 
-def interleaved(cases, repeat):
-    """Median of `repeat` rounds; each round runs every case once, so that
-    load from other processes hits all cases alike."""
-    runs = {k: [] for k in cases}
-    for fn in cases.values():
-        fn()
-    for _ in range(repeat):
-        for k, fn in cases.items():
-            runs[k].append(fn())
-    return {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from timing import interleaved  # noqa: E402  (benchmarks/timing.py)
 
 
 def py_case(fn, arg, number):
