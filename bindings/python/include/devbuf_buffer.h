@@ -239,13 +239,20 @@ static inline int DevbufPy_SetBufferSupportedFlags(PyTypeObject *type, int flags
   int rc;
 #ifdef Py_HAVE_BUFFER_DEVICE_EXTENSION
   /* Native: fill bf_supported_flags too, so CPython's own PyObject_GetBuffer
-   * and PyObject_CheckBufferSupports see it. This header was compiled with
-   * the patched headers, so a static type's PyBufferProcs has the field:
-   * opting it in with the type flag is safe. */
+   * and PyObject_CheckBufferSupports see it. A static type's PyBufferProcs
+   * was compiled with these headers, so it has the field: opting it in with
+   * the type flag is safe. A heap type has the field only if its spec had
+   * Py_bf_supported_flags (its embedded as_buffer is the classic two-slot
+   * struct): otherwise only the attribute below records the value. */
   if (type->tp_as_buffer != NULL) {
-    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE))
-      type->tp_flags |= Py_TPFLAGS_HAVE_BUFFER_SUPPORTED_FLAGS;
-    type->tp_as_buffer->bf_supported_flags = flags;
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+      if (type->tp_as_buffer != type->tp_base->tp_as_buffer) {
+        type->tp_flags |= Py_TPFLAGS_HAVE_BUFFER_SUPPORTED_FLAGS;
+        type->tp_as_buffer->bf_supported_flags = flags;
+      }
+    } else if (type->tp_flags & Py_TPFLAGS_HAVE_BUFFER_SUPPORTED_FLAGS) {
+      type->tp_as_buffer->bf_supported_flags = flags;
+    }
   }
 #endif
   if (type->tp_dict != NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
