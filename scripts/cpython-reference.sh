@@ -6,6 +6,8 @@
 #   scripts/cpython-reference.sh            fetch (once), build (cached), test
 #   CPYREF_TESTS="test_buffer" scripts/cpython-reference.sh   a smaller test set
 #   CPYREF_JOBS=2                           make -j (default 2)
+#   CPYREF_BENCH=1                          also time patched vs unpatched
+#   CPYREF_VARIANTS=unpatched               build only these trees, no tests
 #
 # The source comes from `apt-get source python3.11` through a PRIVATE apt
 # configuration (its own sources.list with one deb-src line, its own lists
@@ -112,5 +114,13 @@ for extra in "$ROOT"/cpython/tests/*.sh; do
   [ -e "$extra" ] || continue
   if OUT="$OUT" ROOT="$ROOT" bash "$extra"; then pass "$(basename "$extra")"; else fail "$(basename "$extra")"; fi
 done
+# ---- 5. the cost, patched vs unpatched (opt-in: timing is not pass/fail) ---
+if [ "${CPYREF_BENCH:-0}" = 1 ]; then
+  if OUT="$OUT" bash "$ROOT/cpython/bench/bench.sh" | tee "$OUT/bench.md"; then
+    pass "benchmarks (table in $OUT/bench.md)"
+  else
+    fail "benchmarks"
+  fi
+fi
 echo "total: $(( $(date +%s) - T0 ))s"
 finish
