@@ -2,6 +2,7 @@
  * a device-only exporter declared with Py_bf_supported_flags, a
  * PyBUF_SIMPLE-only exporter (-1), and a consumer that asks for
  * PyBUF_DEVICE with the full Py_buffer. */
+#define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
 #error "newabi.c needs the patched headers"
