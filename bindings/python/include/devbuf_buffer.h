@@ -213,6 +213,15 @@ DEVBUFPY__STATIC_ASSERT(PyBUF_DEVICE == 0x1000000,
                         "the interpreter's PyBUF_DEVICE differs from devbuf's backport value");
 #endif
 
+/* The bytes of a Py_buffer that every consumer's struct has. A producer
+ * that fills a view from a template must copy only these (the consumer may
+ * be an old binary, and on a native interpreter `*view = template` would
+ * also overwrite the extended fields a plain request must leave alone). */
+#define DEVBUFPY_CLASSIC_BUFFER_SIZE (sizeof(DevbufPy__classic_buffer))
+static inline void DevbufPy_BufferCopyClassic(Py_buffer *dst, const Py_buffer *src) {
+  memcpy(dst, src, DEVBUFPY_CLASSIC_BUFFER_SIZE);
+}
+
 /* From a producer's `Py_buffer *` to the extended struct. Only valid when
  * the request flags had PyBUF_DEVICE (or another extended flag). */
 #define DEVBUFPY_BUFFER_EXT(pybuffer) ((DevbufPy_buffer_ext *)(void *)(pybuffer))
