@@ -99,6 +99,18 @@ for v in ${CPYREF_VARIANTS:-unpatched patched}; do
 done
 [ -x "$OUT/patched/python" ] && [ -z "${CPYREF_VARIANTS:-}" ] || finish
 
+# setup.py reports a module it could not compile and carries on: a patch
+# that breaks one (it happened: _testbuffer) must fail here, not leave a
+# stale .so behind. Modules the unpatched tree cannot build either (pyexpat
+# with this plain configure) are the environment's, not the series'.
+failed_mods() { sed -n '/^Failed to build these modules:/,/^$/p' "$OUT/$1/make.devbuf.log" 2>/dev/null | tail -n +2 | tr -s ' \n' '\n' | sort -u; }
+extra="$(comm -13 <(failed_mods unpatched) <(failed_mods patched) | tr '\n' ' ')"
+if [ -z "${extra// /}" ]; then
+  pass "patched builds every module the unpatched tree builds (both lack: $(failed_mods unpatched | tr '\n' ' '))"
+else
+  fail "modules only the patched tree failed to build: $extra"
+fi
+
 # ---- 3. CPython's own tests on the patched build ---------------------------
 for t in $TESTS; do
   log="$OUT/patched/test-$t.log"
