@@ -8,6 +8,7 @@ import unittest
 
 import newabi
 import oldabi
+import oldstatic
 
 FULL_RO = 0x11C        # PyBUF_FULL_RO
 ND = 0x8               # PyBUF_ND
@@ -43,6 +44,26 @@ class OldBinaryTests(unittest.TestCase):
     def test_old_producer_advertises_classic(self):
         self.assertEqual(newabi.supports(oldabi.Exporter(), FULL_RO & ~0x100), 1)
         self.assertEqual(newabi.supports(oldabi.Exporter(), DEVICE), 0)
+
+
+class OldStaticTypeTests(unittest.TestCase):
+    """oldstatic's PyBufferProcs is two pointers and ends at a guard page."""
+
+    def test_procs_are_classic(self):
+        self.assertEqual(oldstatic.SIZEOF_PROCS, 16)
+
+    def test_required_flags_check_does_not_read_past(self):
+        o = oldstatic.OldStatic()
+        self.assertEqual(bytes(memoryview(o))[:9], b"oldstatic")   # PyBUF_FULL_RO
+        self.assertEqual(newabi.supports(o, ND), 1)
+        self.assertEqual(newabi.supports(o, DEVICE), 0)
+        self.assertEqual(newabi.get(o, DEVICE | ND)[:2], (0, None))
+
+    def test_subclass_walks_to_the_old_base_safely(self):
+        class Sub(oldstatic.OldStatic):
+            pass
+        self.assertEqual(newabi.supports(Sub(), FULL_RO & ~0x100), 1)
+        self.assertEqual(bytes(memoryview(Sub()))[:9], b"oldstatic")
 
 
 class DeviceRuleTests(unittest.TestCase):
