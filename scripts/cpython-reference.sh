@@ -24,7 +24,7 @@ set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${CPYREF_DIR:-$ROOT/build-cpython}"
 JOBS="${CPYREF_JOBS:-2}"
-TESTS="${CPYREF_TESTS:-test_buffer test_memoryview test_struct test_bytes test_array test_picklebuffer test_pickle test_capi}"
+TESTS="${CPYREF_TESTS:-test_buffer test_buffer_device test_memoryview test_struct test_bytes test_array test_picklebuffer test_pickle test_capi}"
 # Same flags for both builds: plain ./configure, no PGO, no LTO.
 CONFIGURE_FLAGS=(--without-ensurepip)
 PASSED=0
