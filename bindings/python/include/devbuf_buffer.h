@@ -124,10 +124,55 @@ extern "C" {
 
 /* ---- the extended Py_buffer ------------------------------------------------ */
 
-/* The standard Py_buffer, then the draft's fields. `view` comes first, so a
- * `DevbufPy_buffer_ext *` and a `Py_buffer *` to it are interchangeable
- * (pass `&ext.view` to PyObject_GetBuffer; a producer recovers the extended
- * struct with DEVBUFPY_BUFFER_EXT(view) once it has seen PyBUF_DEVICE). */
+/* The classic Py_buffer, field for field, as CPython 3.11 froze it: the
+ * layout every binary built against unpatched headers uses. */
+typedef struct DevbufPy__classic_buffer {
+  void *buf;
+  PyObject *obj;
+  Py_ssize_t len;
+  Py_ssize_t itemsize;
+  int readonly;
+  int ndim;
+  char *format;
+  Py_ssize_t *shape;
+  Py_ssize_t *strides;
+  Py_ssize_t *suboffsets;
+  void *internal;
+} DevbufPy__classic_buffer;
+
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define DEVBUFPY__STATIC_ASSERT(c, m) static_assert(c, m)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define DEVBUFPY__STATIC_ASSERT(c, m) _Static_assert(c, m)
+#else
+#define DEVBUFPY__STATIC_ASSERT(c, m)
+#endif
+
+#ifdef Py_HAVE_BUFFER_DEVICE_EXTENSION
+/* NATIVE: the interpreter's own Py_buffer already ends with the draft's
+ * fields (devbuf's cpython/patches/ series, or a future CPython). Then
+ * DevbufPy_buffer_ext is a view of that very struct: `ext.view` is the
+ * Py_buffer, and `ext.flags`/`ext.device`/... alias its own fields, so code
+ * written against the backport compiles unchanged and CPython's
+ * PyObject_GetBuffer does the zeroing. */
+#define DEVBUFPY_NATIVE_BUFFER_EXTENSION 1
+typedef union DevbufPy_buffer_ext {
+  Py_buffer view;
+  struct {
+    char devbuf_classic_[offsetof(Py_buffer, flags)];
+    int flags;
+    int ext_flags;
+    char *device;
+    void *device_info;
+  };
+} DevbufPy_buffer_ext;
+#else
+#define DEVBUFPY_NATIVE_BUFFER_EXTENSION 0
+/* BACKPORT: the standard Py_buffer, then the draft's fields. `view` comes
+ * first, so a `DevbufPy_buffer_ext *` and a `Py_buffer *` to it are
+ * interchangeable (pass `&ext.view` to PyObject_GetBuffer; a producer
+ * recovers the extended struct with DEVBUFPY_BUFFER_EXT(view) once it has
+ * seen PyBUF_DEVICE). */
 typedef struct DevbufPy_buffer_ext {
   Py_buffer view;     /* buf, obj, len, itemsize, readonly, ndim, format, shape, ... */
   int flags;          /* extended request flags the producer honoured (PyBUF_DEVICE) */
@@ -135,11 +180,47 @@ typedef struct DevbufPy_buffer_ext {
   char *device;       /* NULL (host) or the device identifier, e.g. "devbuf.sim" */
   void *device_info;  /* the identifier's own device information, or NULL */
 } DevbufPy_buffer_ext;
-
-#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
-_Static_assert(offsetof(DevbufPy_buffer_ext, flags) == sizeof(Py_buffer),
-               "DevbufPy_buffer_ext: the draft's fields must follow Py_buffer directly");
+DEVBUFPY__STATIC_ASSERT(sizeof(Py_buffer) == sizeof(DevbufPy__classic_buffer),
+                        "devbuf_buffer.h: Py_buffer is not the classic 3.11 layout");
 #endif
+
+/* Byte for byte, backport and native agree: the draft's fields start right
+ * after the classic struct, in this order, with no padding of their own. */
+DEVBUFPY__STATIC_ASSERT(offsetof(DevbufPy_buffer_ext, flags) == sizeof(DevbufPy__classic_buffer),
+                        "DevbufPy_buffer_ext: flags must follow the classic Py_buffer directly");
+DEVBUFPY__STATIC_ASSERT(offsetof(DevbufPy_buffer_ext, ext_flags) ==
+                            sizeof(DevbufPy__classic_buffer) + sizeof(int),
+                        "DevbufPy_buffer_ext: ext_flags misplaced");
+DEVBUFPY__STATIC_ASSERT(offsetof(DevbufPy_buffer_ext, device) ==
+                            sizeof(DevbufPy__classic_buffer) + 2 * sizeof(int),
+                        "DevbufPy_buffer_ext: device misplaced");
+DEVBUFPY__STATIC_ASSERT(offsetof(DevbufPy_buffer_ext, device_info) ==
+                            sizeof(DevbufPy__classic_buffer) + 2 * sizeof(int) + sizeof(char *),
+                        "DevbufPy_buffer_ext: device_info misplaced");
+DEVBUFPY__STATIC_ASSERT(sizeof(DevbufPy_buffer_ext) ==
+                            sizeof(DevbufPy__classic_buffer) + 2 * sizeof(int) + 2 * sizeof(void *),
+                        "DevbufPy_buffer_ext: unexpected size");
+#ifdef Py_HAVE_BUFFER_DEVICE_EXTENSION
+DEVBUFPY__STATIC_ASSERT(sizeof(DevbufPy_buffer_ext) == sizeof(Py_buffer),
+                        "native Py_buffer and DevbufPy_buffer_ext differ in size");
+DEVBUFPY__STATIC_ASSERT(offsetof(Py_buffer, device) == offsetof(DevbufPy_buffer_ext, device) &&
+                            offsetof(Py_buffer, device_info) ==
+                                offsetof(DevbufPy_buffer_ext, device_info) &&
+                            offsetof(Py_buffer, ext_flags) ==
+                                offsetof(DevbufPy_buffer_ext, ext_flags),
+                        "native Py_buffer's device fields are not where devbuf puts them");
+DEVBUFPY__STATIC_ASSERT(PyBUF_DEVICE == 0x1000000,
+                        "the interpreter's PyBUF_DEVICE differs from devbuf's backport value");
+#endif
+
+/* The bytes of a Py_buffer that every consumer's struct has. A producer
+ * that fills a view from a template must copy only these (the consumer may
+ * be an old binary, and on a native interpreter `*view = template` would
+ * also overwrite the extended fields a plain request must leave alone). */
+#define DEVBUFPY_CLASSIC_BUFFER_SIZE (sizeof(DevbufPy__classic_buffer))
+static inline void DevbufPy_BufferCopyClassic(Py_buffer *dst, const Py_buffer *src) {
+  memcpy(dst, src, DEVBUFPY_CLASSIC_BUFFER_SIZE);
+}
 
 /* From a producer's `Py_buffer *` to the extended struct. Only valid when
  * the request flags had PyBUF_DEVICE (or another extended flag). */
@@ -165,6 +246,24 @@ _Static_assert(offsetof(DevbufPy_buffer_ext, flags) == sizeof(Py_buffer),
 static inline int DevbufPy_SetBufferSupportedFlags(PyTypeObject *type, int flags) {
   PyObject *value;
   int rc;
+#ifdef Py_HAVE_BUFFER_DEVICE_EXTENSION
+  /* Native: fill bf_supported_flags too, so CPython's own PyObject_GetBuffer
+   * and PyObject_CheckBufferSupports see it. A static type's PyBufferProcs
+   * was compiled with these headers, so it has the field: opting it in with
+   * the type flag is safe. A heap type has the field only if its spec had
+   * Py_bf_supported_flags (its embedded as_buffer is the classic two-slot
+   * struct): otherwise only the attribute below records the value. */
+  if (type->tp_as_buffer != NULL) {
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+      if (type->tp_as_buffer != type->tp_base->tp_as_buffer) {
+        type->tp_flags |= Py_TPFLAGS_HAVE_BUFFER_SUPPORTED_FLAGS;
+        type->tp_as_buffer->bf_supported_flags = flags;
+      }
+    } else if (type->tp_flags & Py_TPFLAGS_HAVE_BUFFER_SUPPORTED_FLAGS) {
+      type->tp_as_buffer->bf_supported_flags = flags;
+    }
+  }
+#endif
   if (type->tp_dict != NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
     PyObject *old = PyDict_GetItemString(type->tp_dict, DEVBUFPY_SUPPORTED_FLAGS_ATTR);
     int overflow = 0;
@@ -272,6 +371,14 @@ static inline int DevbufPy__SupportedFromRaw(int raw) {
 /* The request flags `type` supports. 0, or -1 with an exception. */
 static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supported) {
   int raw = 0;
+#ifdef Py_HAVE_BUFFER_DEVICE_EXTENSION
+  /* Native: the type's own bf_supported_flags wins when it says anything. */
+  if ((type->tp_flags & Py_TPFLAGS_HAVE_BUFFER_SUPPORTED_FLAGS) && type->tp_as_buffer != NULL &&
+      type->tp_as_buffer->bf_supported_flags != 0) {
+    *supported = DevbufPy__SupportedFromRaw(type->tp_as_buffer->bf_supported_flags);
+    return 0;
+  }
+#endif
 #if !defined(Py_GIL_DISABLED)
   DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
   unsigned int tag;

@@ -254,7 +254,7 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not contiguous");
     return -1;
   }
-  *out = *b;
+  DevbufPy_BufferCopyClassic(out, b); /* never the extended fields: see devbuf_buffer.h */
   out->obj = (PyObject *)self;
   Py_INCREF(self);
   if (dbp_ledger_add(&self->ledger, out) < 0) {

@@ -415,6 +415,7 @@ static int consumer_exec(PyObject *m) {
       PyModule_AddObjectRef(m, "Exporter", (PyObject *)&Exporter_Type) < 0 ||
       PyModule_AddObjectRef(m, "SimpleOnly", (PyObject *)&SimpleOnly_Type) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
+      PyModule_AddIntConstant(m, "NATIVE", DEVBUFPY_NATIVE_BUFFER_EXTENSION) < 0 ||
       PyModule_AddIntConstant(m, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
       PyModule_AddStringConstant(m, "FAKE_DEVICE", FAKE_DEVICE) < 0)
     return -1;

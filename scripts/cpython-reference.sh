@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# cpython-reference.sh: build Debian's CPython 3.11 twice from the same source,
+# once unpatched and once with the device-extension patch series in
+# cpython/patches/, and run CPython's buffer-related tests on the patched one.
+#
+#   scripts/cpython-reference.sh            fetch (once), build (cached), test
+#   CPYREF_TESTS="test_buffer" scripts/cpython-reference.sh   a smaller test set
+#   CPYREF_JOBS=2                           make -j (default 2)
+#   CPYREF_BENCH=1                          also time patched vs unpatched
+#   CPYREF_VARIANTS=unpatched               build only these trees, no tests
+#
+# The source comes from `apt-get source python3.11` through a PRIVATE apt
+# configuration (its own sources.list with one deb-src line, its own lists
+# directory, under build-cpython/apt/): the machine's apt sources and lists
+# are never touched. No root needed.
+#
+# Caching: the unpacked source is kept in build-cpython/src/; each build tree
+# is rebuilt only when its stamp (hash of configure flags + patch series) is
+# out of date. A second run with nothing changed only runs the tests.
+#
+# Not part of scripts/test.sh: a first run takes tens of minutes.
+# Last line, always: "cpython-reference: N passed, M failed".
+set -u
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${CPYREF_DIR:-$ROOT/build-cpython}"
+JOBS="${CPYREF_JOBS:-2}"
+TESTS="${CPYREF_TESTS:-test_buffer test_buffer_device test_memoryview test_struct test_bytes test_array test_picklebuffer test_pickle test_capi}"
+# Same flags for both builds: plain ./configure, no PGO, no LTO.
+CONFIGURE_FLAGS=(--without-ensurepip)
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
+finish() { echo "cpython-reference: $PASSED passed, $FAILED failed"; exit $((FAILED > 0)); }
+mkdir -p "$OUT"
+
+# ---- 1. the source, from Debian's archive, through a private apt config ----
+fetch_source() {
+  local apt="$OUT/apt" mirror
+  if ls -d "$OUT"/src/python3.11-*/ >/dev/null 2>&1; then return 0; fi
+  # The mirror the machine already uses (deb822 .sources or one-line .list).
+  mirror="$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' |
+    grep -v security | head -1)"
+  [ -n "$mirror" ] || mirror="$(grep -h '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '{print $2}' | grep debian | grep -v security | head -1)"
+  [ -n "$mirror" ] || mirror="http://deb.debian.org/debian"
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$OUT/src"
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main" >"$apt/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
+    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "Debug::NoLocking=1"
+    -o "APT::Sandbox::User=$(id -un)")
+  echo "== apt-get update (private lists in $apt)"
+  apt-get "${opts[@]}" update >"$apt/update.log" 2>&1 || { cat "$apt/update.log"; return 1; }
+  echo "== apt-get source python3.11"
+  (cd "$OUT/src" && apt-get "${opts[@]}" source python3.11 >"$apt/source.log" 2>&1) ||
+    { tail -20 "$apt/source.log"; return 1; }
+  ls -d "$OUT"/src/python3.11-*/ >/dev/null 2>&1
+}
+
+# ---- 2. one build tree per variant -----------------------------------------
+series_hash() {
+  { echo "${CONFIGURE_FLAGS[*]}"; cat "$ROOT"/cpython/patches/*.patch 2>/dev/null; } | sha256sum | cut -c1-16
+}
+build_variant() { # $1 = patched | unpatched
+  local v="$1" src tree stamp want
+  src="$(ls -d "$OUT"/src/python3.11-*/ | head -1)"
+  tree="$OUT/$v"
+  stamp="$tree/.devbuf-stamp"
+  if [ "$v" = patched ]; then want="$(series_hash)"; else want="$(echo "${CONFIGURE_FLAGS[*]}" | sha256sum | cut -c1-16)"; fi
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$tree/python" ]; then
+    echo "== $v: cached ($want)"
+    return 0
+  fi
+  echo "== $v: fresh tree from $src"
+  rm -rf "$tree"
+  # The Debian source package's tree is upstream 3.11 with debian/ beside it;
+  # Debian's own patches are applied by dpkg-source -x already (3.0 quilt).
+  cp -a "$src" "$tree"
+  if [ "$v" = patched ]; then
+    local p
+    for p in "$ROOT"/cpython/patches/*.patch; do
+      [ -e "$p" ] || continue
+      echo "   applying $(basename "$p")"
+      patch -d "$tree" -p1 --no-backup-if-mismatch <"$p" >"$tree.patch.log" 2>&1 ||
+        { cat "$tree.patch.log"; return 1; }
+    done
+  fi
+  (cd "$tree" && ./configure "${CONFIGURE_FLAGS[@]}" >config.devbuf.log 2>&1) ||
+    { tail -30 "$tree/config.devbuf.log"; return 1; }
+  (cd "$tree" && make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
+  echo "$want" >"$stamp"
+}
+
+T0=$(date +%s)
+if fetch_source; then pass "fetch python3.11 source (private apt config)"; else fail "fetch python3.11 source"; finish; fi
+for v in ${CPYREF_VARIANTS:-unpatched patched}; do
+  t=$(date +%s)
+  if build_variant "$v"; then pass "build $v ($(( $(date +%s) - t ))s)"; else fail "build $v"; fi
+done
+[ -x "$OUT/patched/python" ] && [ -z "${CPYREF_VARIANTS:-}" ] || finish
+
+# setup.py reports a module it could not compile and carries on: a patch
+# that breaks one (it happened: _testbuffer) must fail here, not leave a
+# stale .so behind. Modules the unpatched tree cannot build either (pyexpat
+# with this plain configure) are the environment's, not the series'.
+failed_mods() { sed -n '/^Failed to build these modules:/,/^$/p' "$OUT/$1/make.devbuf.log" 2>/dev/null | tail -n +2 | tr -s ' \n' '\n' | sort -u; }
+extra="$(comm -13 <(failed_mods unpatched) <(failed_mods patched) | tr '\n' ' ')"
+if [ -z "${extra// /}" ]; then
+  pass "patched builds every module the unpatched tree builds (both lack: $(failed_mods unpatched | tr '\n' ' '))"
+else
+  fail "modules only the patched tree failed to build: $extra"
+fi
+
+# ---- 3. CPython's own tests on the patched build ---------------------------
+for t in $TESTS; do
+  log="$OUT/patched/test-$t.log"
+  if (cd "$OUT/patched" && timeout 900 ./python -m test -q "$t" >"$log" 2>&1); then
+    pass "$t ($(grep -Eo 'Total duration: [0-9.a-z ]+' "$log" | head -1))"
+  else
+    fail "$t (see $log)"; tail -15 "$log"
+  fi
+done
+
+# ---- 4. optional extra stages (present when their scripts exist) ----------
+for extra in "$ROOT"/cpython/tests/*.sh; do
+  [ -e "$extra" ] || continue
+  if OUT="$OUT" ROOT="$ROOT" bash "$extra"; then pass "$(basename "$extra")"; else fail "$(basename "$extra")"; fi
+done
+# ---- 5. the cost, patched vs unpatched (opt-in: timing is not pass/fail) ---
+if [ "${CPYREF_BENCH:-0}" = 1 ]; then
+  if OUT="$OUT" bash "$ROOT/cpython/bench/bench.sh" | tee "$OUT/bench.md"; then
+    pass "benchmarks (table in $OUT/bench.md)"
+  else
+    fail "benchmarks"
+  fi
+fi
+echo "total: $(( $(date +%s) - T0 ))s"
+finish
