@@ -39,7 +39,9 @@ def cy(tmp_path_factory):
     assert r.returncode == 0, f"cython failed:\n{r.stdout}\n{r.stderr}"
     so = out / ("devbuf_cy_consumer" + sysconfig.get_config_var("EXT_SUFFIX"))
     cmd = _compiler() + ["-shared", "-fPIC", "-O2", "-Wall", "-Werror=implicit-function-declaration",
-                         "-I", sysconfig.get_paths()["include"], "-I", devbuf.get_include(),
+                         "-I", sysconfig.get_paths()["include"],
+                         # an uninstalled build tree keeps pyconfig.h here
+                         "-I", sysconfig.get_paths()["platinclude"], "-I", devbuf.get_include(),
                          str(c_file), "-o", str(so)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}"
