@@ -91,6 +91,14 @@ pysan=(env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name
 "${pysan[@]}" .venv/bin/python tests/python/pyfuzz.py --seconds "${DEVBUF_PYFUZZ_SECONDS:-20}" || status=1
 # ---- end of hardening stages ----
 
+# ---- CPython reference (issue 25): run only where its build cache is present;
+# a first run fetches and builds two interpreters (about 4 minutes), a cached
+# one takes about a minute. See scripts/cpython-reference.sh.
+if [[ -x build-cpython/patched/python && -x build-cpython/unpatched/python ]]; then
+  step "CPython reference (patched 3.11, cached build)"
+  scripts/cpython-reference.sh || status=1
+fi
+
 step "summary"
 if (( status == 0 )); then echo "all test suites passed"; else echo "SOME TESTS FAILED"; fi
 exit $status
