@@ -832,13 +832,7 @@ static int import_getbuffer(DbpArrowImport *a, Py_buffer *view, int flags) {
                     "devbuf.ArrowArray is read-only: Arrow arrays are immutable");
     return -1;
   }
-  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
-    PyErr_Format(PyExc_BufferError,
-                 "devbuf.ArrowArray: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview "
-                 "refuses it: a flat export is bytes and cannot carry the item format '%.100s'",
-                 a->format);
-    return -1;
-  }
+  if (dbp_refuse_flat_format("devbuf.ArrowArray", a->format, flags) < 0) return -1;
   int device_export = !a->is_host && (flags & PyBUF_DEVICE);
   if (!a->is_host && !device_export) {
     if (!a->host_accessible) {

@@ -555,14 +555,7 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
   /* As CPython's memoryview: without PyBUF_ND the consumer sees len bytes
    * as a flat array of `len / itemsize` items of `format`, so a format
    * other than bytes would describe itemsize times too much memory. */
-  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
-    PyErr_Format(PyExc_BufferError,
-                 "devbuf.DeviceBuffer: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview "
-                 "refuses it: a flat export is bytes and cannot carry the item format '%.100s'; "
-                 "request PyBUF_ND too, or drop PyBUF_FORMAT",
-                 self->format);
-    return -1;
-  }
+  if (dbp_refuse_flat_format("devbuf.DeviceBuffer", self->format, flags) < 0) return -1;
   /* Always C-contiguous, so every contiguity request is met except
    * Fortran order of a genuinely 2+-D array; an empty array is both. */
   if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && self->ndim > 1 &&

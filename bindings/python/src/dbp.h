@@ -182,6 +182,10 @@ int dbp_capi_init(PyObject *module);
  * and the field; 0 or -1. */
 #define DBP_LAYOUT_OWN 0x1u          /* memory devbuf allocates or rebuilds: no 'O'/pointers */
 #define DBP_LAYOUT_BUFFER_ERROR 0x2u /* raise BufferError (exports, views) */
+/* Every exporter's answer to PyBUF_FORMAT without PyBUF_ND (issue 23): a
+ * consumer would take len as a count of `format` items and read past the
+ * end, so refuse it as memoryview does. 0, or -1 with BufferError. */
+int dbp_refuse_flat_format(const char *what, const char *format, int flags);
 int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, int ndim,
                      const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t len,
                      Py_ssize_t owned, unsigned flags);

@@ -215,14 +215,7 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
   }
   /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
    * a real format with ndim 1 and no shape would describe len items. */
-  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
-    PyErr_Format(PyExc_BufferError,
-                 "devbuf.ForeignArray: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview "
-                 "refuses it: a flat export is bytes and cannot carry the item format '%.100s'; "
-                 "request PyBUF_ND too, or drop PyBUF_FORMAT",
-                 d->format);
-    return -1;
-  }
+  if (dbp_refuse_flat_format("devbuf.ForeignArray", d->format, flags) < 0) return -1;
   int device_export = !f->is_host && (flags & PyBUF_DEVICE);
   if (!f->is_host && !device_export) {
     if (!(d->flags & DEVBUF_DLPACK_HOST_ACCESSIBLE)) {

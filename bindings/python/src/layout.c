@@ -189,3 +189,13 @@ int dbp_layout_check_view(const char *what, const Py_buffer *b, Py_ssize_t owned
   return dbp_layout_check(what, b->format, b->itemsize, b->ndim, b->shape, b->strides, b->len,
                           owned, flags);
 }
+
+int dbp_refuse_flat_format(const char *what, const char *format, int flags) {
+  if (!(flags & PyBUF_FORMAT) || (flags & PyBUF_ND)) return 0;
+  PyErr_Format(PyExc_BufferError,
+               "%s: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview refuses it: a flat "
+               "export is bytes and cannot carry the item format '%.100s'; request PyBUF_ND "
+               "too, or drop PyBUF_FORMAT",
+               what, format ? format : "B");
+  return -1;
+}

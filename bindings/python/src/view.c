@@ -229,14 +229,7 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
   }
   /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
    * a real format with ndim 1 and no shape would describe len items. */
-  if ((flags & PyBUF_FORMAT) && !(flags & PyBUF_ND)) {
-    PyErr_Format(PyExc_BufferError,
-                 "devbuf.DeviceView: PyBUF_FORMAT without PyBUF_ND is refused, as memoryview "
-                 "refuses it: a flat export is bytes and cannot carry the item format '%.100s'; "
-                 "request PyBUF_ND too, or drop PyBUF_FORMAT",
-                 b->format ? b->format : "B");
-    return -1;
-  }
+  if (dbp_refuse_flat_format("devbuf.DeviceView", b->format, flags) < 0) return -1;
   if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && b->strides != NULL &&
       !PyBuffer_IsContiguous(b, 'C')) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceView is not C-contiguous");
