@@ -20,7 +20,18 @@ run() {
     env DEVBUF_PLUGINS="$dir/devbuf_plugin_good.so" DEVBUF_PLUGIN_PATH="$dir" \
     DEVBUF_NO_DEFAULT_PLUGINS=1 "$tmp/$1" probe "$dir"
 }
-plain=$(run plain_probe) || { echo "FAIL: the plain probe did not run as nobody"; exit 1; }
+# The control runs as nobody where nobody can reach the build tree; a checkout
+# under a private directory (mktemp -d is 0700) cannot be, and there the
+# control runs as root instead: it only shows that the variables load plugins
+# outside secure-execution mode. The setuid run below has euid 0 either way.
+if plain=$(run plain_probe 2>&1); then
+  :
+else
+  echo "note: nobody cannot load the build tree from here; control run as root"
+  plain=$(env DEVBUF_PLUGINS="$dir/devbuf_plugin_good.so" DEVBUF_PLUGIN_PATH="$dir" \
+    DEVBUF_NO_DEFAULT_PLUGINS=1 "$tmp/plain_probe" probe "$dir") ||
+    { echo "FAIL: the plain probe did not run"; exit 1; }
+fi
 case "$plain" in
   *"plugin loaded DEVBUF_PLUGINS $dir/devbuf_plugin_good.so"*) ;;
   *) echo "FAIL: control run did not load the DEVBUF_PLUGINS plugin:"; echo "$plain"; exit 1 ;;
