@@ -156,9 +156,21 @@ typedef struct DevbufPy__classic_buffer {
  * written against the backport compiles unchanged and CPython's
  * PyObject_GetBuffer does the zeroing. */
 #define DEVBUFPY_NATIVE_BUFFER_EXTENSION 1
+/* The aliasing needs an anonymous struct: standard C11, an extension in
+ * C++ that GCC, Clang and MSVC all have. `__extension__` keeps
+ * -Wpedantic quiet about it; MSVC's level-4 C4201 is silenced locally. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DEVBUFPY__ANON_STRUCT __extension__ struct
+#else
+#define DEVBUFPY__ANON_STRUCT struct
+#endif
+#ifdef _MSC_VER
+#pragma warning(push)
+#pragma warning(disable : 4201)
+#endif
 typedef union DevbufPy_buffer_ext {
   Py_buffer view;
-  struct {
+  DEVBUFPY__ANON_STRUCT {
     char devbuf_classic_[offsetof(Py_buffer, flags)];
     int flags;
     int ext_flags;
@@ -166,6 +178,9 @@ typedef union DevbufPy_buffer_ext {
     void *device_info;
   };
 } DevbufPy_buffer_ext;
+#ifdef _MSC_VER
+#pragma warning(pop)
+#endif
 #else
 #define DEVBUFPY_NATIVE_BUFFER_EXTENSION 0
 /* BACKPORT: the standard Py_buffer, then the draft's fields. `view` comes
