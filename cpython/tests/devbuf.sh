@@ -14,7 +14,8 @@ rm -rf "$INC"; mkdir -p "$INC"
 cp -r "$OUT/patched/Include/." "$INC/"; cp "$OUT/patched/pyconfig.h" "$INC/"
 # devbuf_buffer.h in native mode, first in a translation unit after
 # Python.h, under strict ISO C11 and C++17 with warnings as errors (the
-# classic mode is checked the same way by the main suite).
+# backport mode is checked the same way by the main suite: ctest
+# python_header_pedantic).
 printf '#include <Python.h>\n#include "devbuf_buffer.h"\nint devbuf_header_check = DEVBUFPY_NATIVE_BUFFER_EXTENSION;\n' >"$OUT/hdr.c"
 cp "$OUT/hdr.c" "$OUT/hdr.cpp"
 HI=(-I"$INC" -I"$ROOT/bindings/python/include")
