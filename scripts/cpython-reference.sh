@@ -8,6 +8,10 @@
 #   CPYREF_JOBS=2                           make -j (default 2)
 #   CPYREF_BENCH=1                          also time patched vs unpatched
 #   CPYREF_VARIANTS=unpatched               build only these trees, no tests
+#   CPYREF_ASAN=1                           also build the patched tree with
+#                                           AddressSanitizer (no pymalloc) and
+#                                           rerun the buffer tests and the
+#                                           old-ABI test on it
 #
 # The source comes from `apt-get source python3.11` through a PRIVATE apt
 # configuration (its own sources.list with one deb-src line, its own lists
@@ -18,15 +22,26 @@
 # is rebuilt only when its stamp (hash of configure flags + patch series) is
 # out of date. A second run with nothing changed only runs the tests.
 #
-# Not part of scripts/test.sh: a first run takes tens of minutes.
+# scripts/test.sh runs it (plain: no ASan, no benchmarks); a first run takes
+# about 5 to 7 minutes on 2 cores, a cached one about 2.
 # Last line, always: "cpython-reference: N passed, M failed".
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${CPYREF_DIR:-$ROOT/build-cpython}"
 JOBS="${CPYREF_JOBS:-2}"
-TESTS="${CPYREF_TESTS:-test_buffer test_buffer_device test_memoryview test_struct test_bytes test_array test_picklebuffer test_pickle test_capi}"
+TESTS="${CPYREF_TESTS:-test_buffer test_buffer_device test_memoryview test_struct test_bytes test_array test_picklebuffer test_pickle test_capi test_sys test_stable_abi_ctypes}"
 # Same flags for both builds: plain ./configure, no PGO, no LTO.
-CONFIGURE_FLAGS=(--without-ensurepip)
+CONFIGURE_FLAGS=(--without-ensurepip --with-system-expat)
+# Debian's security backports make Modules/pyexpat.c include internal
+# headers; Debian builds it into the interpreter, setup.py builds it without
+# Py_BUILD_CORE_MODULE and fails.  Both trees get this Modules/Setup.local,
+# so pyexpat (and with it xml.*, plistlib, test_gpu_check_report) works.
+SETUP_LOCAL=$'*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat'
+# The ASan tree: the same, plus these (pymalloc off so that every object
+# has ASan's redzones; leak reports off, CPython does not free at exit).
+ASAN_CONFIGURE_FLAGS=(--with-address-sanitizer --without-pymalloc)
+ASAN_TESTS="${CPYREF_ASAN_TESTS:-test_buffer test_buffer_device test_memoryview test_struct test_bytes test_array test_picklebuffer test_capi}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
 PASSED=0
 FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
@@ -58,15 +73,24 @@ fetch_source() {
 }
 
 # ---- 2. one build tree per variant -----------------------------------------
-series_hash() {
-  { echo "${CONFIGURE_FLAGS[*]}"; cat "$ROOT"/cpython/patches/*.patch 2>/dev/null; } | sha256sum | cut -c1-16
+flags_for() { # $1 = variant: its configure flags, one per line
+  printf '%s\n' "${CONFIGURE_FLAGS[@]}"
+  [ "$1" != patched-asan ] || printf '%s\n' "${ASAN_CONFIGURE_FLAGS[@]}"
 }
-build_variant() { # $1 = patched | unpatched
+stamp_for() { # what a tree was built from: flags, Setup.local, the series
+  local v="$1" flags
+  flags="$(flags_for "$v" | tr '\n' ' ' | sed 's/ $//')"
+  case "$v" in
+    patched*) { echo "$flags$SETUP_LOCAL"; cat "$ROOT"/cpython/patches/*.patch 2>/dev/null; } | sha256sum | cut -c1-16 ;;
+    *) echo "$flags$SETUP_LOCAL" | sha256sum | cut -c1-16 ;;
+  esac
+}
+build_variant() { # $1 = unpatched | patched | patched-asan
   local v="$1" src tree stamp want
   src="$(ls -d "$OUT"/src/python3.11-*/ | head -1)"
   tree="$OUT/$v"
   stamp="$tree/.devbuf-stamp"
-  if [ "$v" = patched ]; then want="$(series_hash)"; else want="$(echo "${CONFIGURE_FLAGS[*]}" | sha256sum | cut -c1-16)"; fi
+  want="$(stamp_for "$v")"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$tree/python" ]; then
     echo "== $v: cached ($want)"
     return 0
@@ -76,7 +100,7 @@ build_variant() { # $1 = patched | unpatched
   # The Debian source package's tree is upstream 3.11 with debian/ beside it;
   # Debian's own patches are applied by dpkg-source -x already (3.0 quilt).
   cp -a "$src" "$tree"
-  if [ "$v" = patched ]; then
+  if [[ "$v" == patched* ]]; then
     local p
     for p in "$ROOT"/cpython/patches/*.patch; do
       [ -e "$p" ] || continue
@@ -85,7 +109,10 @@ build_variant() { # $1 = patched | unpatched
         { cat "$tree.patch.log"; return 1; }
     done
   fi
-  (cd "$tree" && ./configure "${CONFIGURE_FLAGS[@]}" >config.devbuf.log 2>&1) ||
+  printf '%s\n' "$SETUP_LOCAL" >"$tree/Modules/Setup.local"
+  local flags
+  mapfile -t flags < <(flags_for "$v")
+  (cd "$tree" && ./configure "${flags[@]}" >config.devbuf.log 2>&1) ||
     { tail -30 "$tree/config.devbuf.log"; return 1; }
   (cd "$tree" && make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
   echo "$want" >"$stamp"
@@ -101,8 +128,8 @@ done
 
 # setup.py reports a module it could not compile and carries on: a patch
 # that breaks one (it happened: _testbuffer) must fail here, not leave a
-# stale .so behind. Modules the unpatched tree cannot build either (pyexpat
-# with this plain configure) are the environment's, not the series'.
+# stale .so behind. Modules the unpatched tree cannot build either are the
+# environment's, not the series'.
 failed_mods() { sed -n '/^Failed to build these modules:/,/^$/p' "$OUT/$1/make.devbuf.log" 2>/dev/null | tail -n +2 | tr -s ' \n' '\n' | sort -u; }
 extra="$(comm -13 <(failed_mods unpatched) <(failed_mods patched) | tr '\n' ' ')"
 if [ -z "${extra// /}" ]; then
@@ -126,7 +153,32 @@ for extra in "$ROOT"/cpython/tests/*.sh; do
   [ -e "$extra" ] || continue
   if OUT="$OUT" ROOT="$ROOT" bash "$extra"; then pass "$(basename "$extra")"; else fail "$(basename "$extra")"; fi
 done
-# ---- 5. the cost, patched vs unpatched (opt-in: timing is not pass/fail) ---
+# ---- 5. opt-in: the patched tree under AddressSanitizer --------------------
+# Guard pages (cpython/tests/oldabi.c) catch a write past an old binary's
+# struct; ASan also catches the interpreter's own out-of-bounds accesses and
+# use-after-free anywhere the series touched.
+if [ "${CPYREF_ASAN:-0}" = 1 ]; then
+  t=$(date +%s)
+  if build_variant patched-asan; then
+    pass "build patched-asan ($(( $(date +%s) - t ))s)"
+    for t in $ASAN_TESTS; do
+      log="$OUT/patched-asan/test-$t.log"
+      if (cd "$OUT/patched-asan" && timeout 1800 ./python -m test -q "$t" >"$log" 2>&1); then
+        pass "ASan: $t ($(grep -Eo 'Total duration: [0-9.a-z ]+' "$log" | head -1))"
+      else
+        fail "ASan: $t (see $log)"; grep -m3 -A12 'ERROR: AddressSanitizer' "$log" || tail -15 "$log"
+      fi
+    done
+    if OUT="$OUT" ROOT="$ROOT" CPYREF_ABI_TREE=patched-asan bash "$ROOT/cpython/tests/abi.sh"; then
+      pass "ASan: abi.sh"
+    else
+      fail "ASan: abi.sh"
+    fi
+  else
+    fail "build patched-asan"
+  fi
+fi
+# ---- 6. the cost, patched vs unpatched (opt-in: timing is not pass/fail) ---
 if [ "${CPYREF_BENCH:-0}" = 1 ]; then
   if OUT="$OUT" bash "$ROOT/cpython/bench/bench.sh" | tee "$OUT/bench.md"; then
     pass "benchmarks (table in $OUT/bench.md)"

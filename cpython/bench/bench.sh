@@ -16,16 +16,41 @@ for round in 1 2 3; do
     PYTHONPATH="$OUT/bench/$v" "$OUT/$v/python" "$HERE/bench.py" >"$OUT/bench/$v.$round.json"
   done
 done
+# Instructions per operation under callgrind (when valgrind is installed):
+# (Ir with N iterations - Ir with none) / N. Deterministic, unlike time.
+N_INSTR=20000
+NAMES=("memoryview(bytearray)" "bytes(memoryview)" "struct.unpack_from('<4i', buf)"
+  "C GetBuffer+Release SIMPLE" "C GetBuffer+Release FULL_RO" "C GetBuffer+Release FULL_RO|DEVICE")
+ir() { # $1 = variant, $2 = name, $3 = N
+  PYTHONHASHSEED=0 PYTHONPATH="$OUT/bench/$1" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    "$OUT/$1/python" "$HERE/instr.py" "$2" "$3" 2>&1 | sed -n 's/.*Collected : *\([0-9]*\).*/\1/p'
+}
+: >"$OUT/bench/instr.tsv"
+if command -v valgrind >/dev/null; then
+  for v in unpatched patched; do
+    for name in "${NAMES[@]}"; do
+      a="$(ir "$v" "$name" 0)"; b="$(ir "$v" "$name" "$N_INSTR")"
+      printf '%s\t%s\t%s\n' "$v" "$name" "$(( (b - a) * 10 / N_INSTR ))" >>"$OUT/bench/instr.tsv"
+    done
+  done
+fi
 python3 - "$OUT/bench" <<'PY'
-import json, sys, glob
+import json, sys, glob, os
 d = sys.argv[1]
 best = {}
 for v in ("unpatched", "patched"):
     runs = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/{v}.*.json"))]
     best[v] = {k: min(r[k] for r in runs) for k in runs[0]}
-print(f"| benchmark | unpatched ns | patched ns | change |")
-print(f"|---|---:|---:|---:|")
+instr = {}
+for line in open(os.path.join(d, "instr.tsv")):
+    v, k, tenths = line.rstrip("\n").split("\t")
+    instr[v, k] = int(tenths) / 10
+print(f"| benchmark | unpatched ns | patched ns | change | unpatched instr | patched instr | change |")
+print(f"|---|---:|---:|---:|---:|---:|---:|")
 for k in best["unpatched"]:
     u, p = best["unpatched"][k], best["patched"][k]
-    print(f"| {k} | {u:.1f} | {p:.1f} | {100*(p-u)/u:+.1f}% |")
+    iu, ip = instr.get(("unpatched", k)), instr.get(("patched", k))
+    icol = (f"{iu:.1f} | {ip:.1f} | {100*(ip-iu)/iu:+.1f}%" if iu and ip is not None
+            else "n/a | n/a | n/a")
+    print(f"| {k} | {u:.1f} | {p:.1f} | {100*(p-u)/u:+.1f}% | {icol} |")
 PY
