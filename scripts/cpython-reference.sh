@@ -139,14 +139,20 @@ else
 fi
 
 # ---- 3. CPython's own tests on the patched build ---------------------------
-for t in $TESTS; do
-  log="$OUT/patched/test-$t.log"
-  if (cd "$OUT/patched" && timeout 900 ./python -m test -q "$t" >"$log" 2>&1); then
-    pass "$t ($(grep -Eo 'Total duration: [0-9.a-z ]+' "$log" | head -1))"
-  else
-    fail "$t (see $log)"; tail -15 "$log"
-  fi
-done
+cpython_tests() { # $1 = tree, $2 = label prefix, $3 = timeout, then test names
+  local tree="$1" label="$2" limit="$3" t log
+  shift 3
+  for t in "$@"; do
+    log="$OUT/$tree/test-$t.log"
+    if (cd "$OUT/$tree" && timeout "$limit" ./python -m test -q "$t" >"$log" 2>&1); then
+      pass "$label$t ($(grep -Eo 'Total duration: [0-9.a-z ]+' "$log" | head -1))"
+    else
+      fail "$label$t (see $log)"; grep -m3 -A12 'ERROR: AddressSanitizer' "$log" || tail -15 "$log"
+    fi
+  done
+}
+# shellcheck disable=SC2086 # word-split test lists on purpose
+cpython_tests patched "" 900 $TESTS
 
 # ---- 4. optional extra stages (present when their scripts exist) ----------
 for extra in "$ROOT"/cpython/tests/*.sh; do
@@ -161,14 +167,8 @@ if [ "${CPYREF_ASAN:-0}" = 1 ]; then
   t=$(date +%s)
   if build_variant patched-asan; then
     pass "build patched-asan ($(( $(date +%s) - t ))s)"
-    for t in $ASAN_TESTS; do
-      log="$OUT/patched-asan/test-$t.log"
-      if (cd "$OUT/patched-asan" && timeout 1800 ./python -m test -q "$t" >"$log" 2>&1); then
-        pass "ASan: $t ($(grep -Eo 'Total duration: [0-9.a-z ]+' "$log" | head -1))"
-      else
-        fail "ASan: $t (see $log)"; grep -m3 -A12 'ERROR: AddressSanitizer' "$log" || tail -15 "$log"
-      fi
-    done
+    # shellcheck disable=SC2086
+    cpython_tests patched-asan "ASan: " 1800 $ASAN_TESTS
     if OUT="$OUT" ROOT="$ROOT" CPYREF_ABI_TREE=patched-asan bash "$ROOT/cpython/tests/abi.sh"; then
       pass "ASan: abi.sh"
     else
