@@ -116,6 +116,7 @@ static int src_describe(DevbufPy_buffer_ext *ext, src_info *s) {
 /* DLPack flags a devbuf device adds: CUDA memory the host may read is
  * managed memory. */
 static uint32_t src_dl_flags(const src_info *s) {
+  if (!s->has_dev) return 0; /* host memory: identifier "cpu" */
   if (strcmp(s->identifier, "devbuf.cuda") == 0 && (s->info_flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE))
     return DEVBUF_DLPACK_MANAGED;
   return 0;
@@ -219,6 +220,53 @@ static PyObject *copy_to_device(PyObject *obj, const char *identifier, int32_t o
   return out;
 }
 
+/* DevbufPy_GetBufferEx(obj, ext, PyBUF_RECORDS_RO | PyBUF_DEVICE), with
+ * its step 2 (refuse required flags the type does not advertise) skipped for
+ * devbuf's own exact DeviceBuffer and DeviceView: static types, whose
+ * advertised flags cannot change, checked once here to cover the request.
+ * The rest is GetBufferEx's: the type's own bf_getbuffer (so the export is
+ * counted exactly as any other), and the CPU-buffer scrub. In the native
+ * build (the interpreter's own PyObject_GetBuffer) always GetBufferEx. */
+enum { EXPORT_FLAGS = PyBUF_RECORDS_RO | PyBUF_DEVICE };
+static int g_own_direct = -1; /* unknown yet */
+
+static int own_direct_ok(void) {
+  int a = 0, b = 0;
+  int required = EXPORT_FLAGS & PyBUF_REQUIRED_FLAGS;
+  if (DevbufPy_GetBufferSupportedFlags(&DbpBuffer_Type, &a) < 0 ||
+      DevbufPy_GetBufferSupportedFlags(&DbpView_Type, &b) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return (required & ~a) == 0 && (required & ~b) == 0;
+}
+
+static int get_export(PyObject *obj, DevbufPy_buffer_ext *ext) {
+#ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
+  PyTypeObject *tp = Py_TYPE(obj);
+  if (tp == &DbpBuffer_Type || tp == &DbpView_Type) {
+    if (g_own_direct < 0) g_own_direct = own_direct_ok();
+    if (g_own_direct) {
+      ext->flags = 0;
+      ext->ext_flags = 0;
+      ext->view.obj = NULL;
+      if (tp->tp_as_buffer->bf_getbuffer(obj, &ext->view, EXPORT_FLAGS) < 0) {
+        ext->view.obj = NULL;
+        ext->device = NULL;
+        ext->device_info = NULL;
+        return -1;
+      }
+      if (!(ext->flags & PyBUF_DEVICE)) {
+        ext->device = NULL;
+        ext->device_info = NULL;
+      }
+      return 0;
+    }
+  }
+#endif
+  return DevbufPy_GetBufferEx(obj, ext, EXPORT_FLAGS);
+}
+
 int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
                       const DLDevice *target, int copy, void **out) {
   devbuf_error err;
@@ -229,15 +277,13 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
     PyErr_NoMemory();
     return -1;
   }
-  if (DevbufPy_GetBufferEx(obj, &h->ext, PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
+  if (get_export(obj, &h->ext) < 0) {
     block_free(h);
     return -1;
   }
   src_info s;
   if (src_describe(&h->ext, &s) < 0) goto fail;
   uint32_t extra = src_dl_flags(&s);
-  DLDevice here;
-  int here_rc = devbuf_dlpack_device_from_identifier(s.identifier, s.ordinal, extra, &here, &err);
 
   /* Is a copy needed, or asked for? */
   int same = 1;
@@ -307,28 +353,6 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
     if (rc == 0 && versioned) ((DLManagedTensorVersioned *)*out)->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
     return rc;
   }
-  if (here_rc != DEVBUF_OK) {
-    devbuf_error_prefix(&err, "__dlpack__");
-    dbp_buffer_error(&err);
-    goto fail;
-  }
-
-  /* The consumer's stream: make it wait for the data. */
-  {
-    void *st = NULL;
-    int skip = 0;
-    if (parse_stream(stream, (int32_t)here.device_type, &st, &skip) < 0) goto fail;
-    if (sync && !skip && s.event != NULL && s.has_dev) {
-      int rc;
-      DBP_NOGIL(rc = devbuf_stream_wait_event(&s.dev, st, s.event, &err));
-      if (rc != DEVBUF_OK) {
-        devbuf_error_prefix(&err, "__dlpack__: making the consumer's stream wait");
-        dbp_fail(&err);
-        goto fail;
-      }
-    }
-  }
-
   devbuf_dlpack_export_spec spec;
   memset(&spec, 0, sizeof spec);
   spec.struct_size = sizeof spec;
@@ -370,6 +394,25 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
     devbuf_error_prefix(&err, "__dlpack__");
     dbp_buffer_error(&err);
     goto fail;
+  }
+
+  /* The consumer's stream, checked against the tensor's DLPack device (the
+   * tensor is not handed out on failure: the fail path releases it): make
+   * it wait for the data. */
+  {
+    void *st = NULL;
+    int skip = 0;
+    DLDevice here = versioned ? h->m.v.dl_tensor.device : h->m.l.dl_tensor.device;
+    if (parse_stream(stream, (int32_t)here.device_type, &st, &skip) < 0) goto fail;
+    if (sync && !skip && s.event != NULL && s.has_dev) {
+      int wrc;
+      DBP_NOGIL(wrc = devbuf_stream_wait_event(&s.dev, st, s.event, &err));
+      if (wrc != DEVBUF_OK) {
+        devbuf_error_prefix(&err, "__dlpack__: making the consumer's stream wait");
+        dbp_fail(&err);
+        goto fail;
+      }
+    }
   }
   *out = versioned ? (void *)&h->m.v : (void *)&h->m.l;
   return 0; /* h now belongs to the managed tensor */
