@@ -113,7 +113,10 @@ int devbuf_dlpack_device_from_identifier(const char *identifier, int32_t ordinal
   if (ordinal < 0)
     return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack: device: negative ordinal %d for '%s'",
                             (int)ordinal, identifier);
-  if (strcmp(identifier, ID_CPU) == 0) {
+  /* "cpu", the common case, tested inline (a strcmp call was a tenth of an
+   * export's device lookup). */
+  if (identifier[0] == 'c' && identifier[1] == 'p' && identifier[2] == 'u' &&
+      identifier[3] == '\0') {
     /* Pinned memory could be kDLCUDAHost or kDLROCMHost: without knowing
      * which runtime pinned it, plain kDLCPU is the honest answer. */
     t = kDLCPU;
@@ -886,6 +889,49 @@ int devbuf_dlpack_fill_tensor(const devbuf_dlpack_export_spec *spec, DLTensor *t
   return export_prepare(spec, t, shape_out, strides_out, &fl, err);
 }
 
+/* What a legacy (unversioned) tensor cannot say. */
+static int legacy_refusal(uint64_t fl, devbuf_error *err) {
+  if (fl & DLPACK_FLAG_BITMASK_READ_ONLY)
+    return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                            "dlpack export: a read-only buffer cannot be exported as a legacy "
+                            "(unversioned) DLPack tensor, which has no read-only flag; ask with "
+                            "max_version >= (1, 0)");
+  if (fl & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
+    return devbuf_error_set(err, DEVBUF_ENOTSUP,
+                            "dlpack export: padded sub-byte elements need the versioned form's "
+                            "IS_SUBBYTE_TYPE_PADDED flag");
+  return DEVBUF_OK;
+}
+
+/* Into caller storage: the owner allocates (and may reuse) the block, sets
+ * manager_ctx and deleter itself. The same checks and refusals as the
+ * allocating forms. */
+int devbuf_dlpack_export_versioned_into(const devbuf_dlpack_export_spec *spec,
+                                        DLManagedTensorVersioned *m, int64_t *dims,
+                                        devbuf_error *err) {
+  if (m == NULL || (dims == NULL && spec && spec->ndim > 0))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack export: NULL output or dims");
+  uint64_t fl;
+  int32_t nd = spec ? spec->ndim : 0;
+  int rc = export_prepare(spec, &m->dl_tensor, dims, nd > 0 ? dims + nd : NULL, &fl, err);
+  if (rc) return rc;
+  m->version.major = DEVBUF_DLPACK_MAJOR;
+  m->version.minor = DEVBUF_DLPACK_MINOR;
+  m->flags = fl;
+  return DEVBUF_OK;
+}
+
+int devbuf_dlpack_export_legacy_into(const devbuf_dlpack_export_spec *spec, DLManagedTensor *m,
+                                     int64_t *dims, devbuf_error *err) {
+  if (m == NULL || (dims == NULL && spec && spec->ndim > 0))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack export: NULL output or dims");
+  uint64_t fl;
+  int32_t nd = spec ? spec->ndim : 0;
+  int rc = export_prepare(spec, &m->dl_tensor, dims, nd > 0 ? dims + nd : NULL, &fl, err);
+  if (rc) return rc;
+  return legacy_refusal(fl, err);
+}
+
 /* One heap block: the managed tensor, the owner's release callback, then
  * shape and strides. */
 typedef struct export_block_v {
@@ -957,15 +1003,8 @@ int devbuf_dlpack_export_legacy(const devbuf_dlpack_export_spec *spec, DLManaged
   *out = NULL;
   int rc = export_prepare(spec, &t, shape, strides, &fl, err);
   if (rc) return rc;
-  if (fl & DLPACK_FLAG_BITMASK_READ_ONLY)
-    return devbuf_error_set(err, DEVBUF_ENOTSUP,
-                            "dlpack export: a read-only buffer cannot be exported as a legacy "
-                            "(unversioned) DLPack tensor, which has no read-only flag; ask with "
-                            "max_version >= (1, 0)");
-  if (fl & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
-    return devbuf_error_set(err, DEVBUF_ENOTSUP,
-                            "dlpack export: padded sub-byte elements need the versioned form's "
-                            "IS_SUBBYTE_TYPE_PADDED flag");
+  rc = legacy_refusal(fl, err);
+  if (rc) return rc;
   size_t nd = (size_t)t.ndim;
   export_block_l *b = malloc(sizeof *b + 2 * nd * sizeof(int64_t));
   if (b == NULL)

@@ -678,6 +678,36 @@ static void test_export(void) {
   CHECK(t.shape == sh && t.strides == st && st[0] == 3 && st[1] == 1 && t.dtype.bits == 32,
         "fill_tensor");
 
+  /* _into: the caller's block, same refusals, manager_ctx/deleter untouched. */
+  {
+    DLManagedTensorVersioned mv;
+    DLManagedTensor ml;
+    int64_t dims[4];
+    memset(&mv, 0, sizeof mv);
+    memset(&ml, 0, sizeof ml);
+    s.flags = DEVBUF_DLPACK_READONLY;
+    CHECK_OK(devbuf_dlpack_export_versioned_into(&s, &mv, dims, &err), &err);
+    CHECK(mv.version.major == DEVBUF_DLPACK_MAJOR && mv.version.minor == DEVBUF_DLPACK_MINOR &&
+              mv.flags == DLPACK_FLAG_BITMASK_READ_ONLY && mv.dl_tensor.shape == dims &&
+              mv.dl_tensor.strides == dims + 2 && dims[0] == 2 && dims[1] == 3 &&
+              dims[2] == 3 && dims[3] == 1 && mv.dl_tensor.data == data &&
+              mv.manager_ctx == NULL && mv.deleter == NULL,
+          "versioned_into");
+    rc = devbuf_dlpack_export_legacy_into(&s, &ml, dims, &err);
+    CHECK(rc == DEVBUF_ENOTSUP, "legacy_into of a read-only buffer rc %d", rc);
+    s.flags = 0;
+    CHECK_OK(devbuf_dlpack_export_legacy_into(&s, &ml, dims, &err), &err);
+    CHECK(ml.dl_tensor.shape == dims && ml.dl_tensor.strides == dims + 2 && dims[2] == 3 &&
+              ml.manager_ctx == NULL && ml.deleter == NULL,
+          "legacy_into");
+    s.format = "[devbuf$float4_e2m1fn]";
+    rc = devbuf_dlpack_export_legacy_into(&s, &ml, dims, &err);
+    CHECK(rc == DEVBUF_ENOTSUP, "legacy_into of padded sub-byte items rc %d", rc);
+    s.format = "f";
+    rc = devbuf_dlpack_export_versioned_into(&s, &mv, NULL, &err);
+    CHECK(rc == DEVBUF_EINVAL, "versioned_into NULL dims rc %d", rc);
+  }
+
   /* Deleters of a foreign major are still callable. */
   devbuf_dlpack_delete_versioned(NULL);
   devbuf_dlpack_delete_legacy(NULL);

@@ -2,8 +2,8 @@
  * interface producers).
  *
  * Every export goes through the extended buffer protocol of the object
- * itself: the managed tensor holds a buffer export (DevbufPy_GetBufferEx)
- * until its deleter runs, so a DeviceBuffer cannot be freed, nor a
+ * itself: the managed tensor holds a buffer export (DevbufPy_GetBufferEx,
+ * kept in the same block as the tensor) until its deleter runs, so a DeviceBuffer cannot be freed, nor a
  * DeviceView released, while a DLPack consumer still uses the memory. The
  * deleter may run on any thread: it takes the GIL, and does nothing at all
  * once the interpreter is gone (the memory is then leaked, as NumPy does).
@@ -16,36 +16,63 @@
 
 #include <string.h>
 
-/* ---- the held export ------------------------------------------------------ */
+/* ---- the export block ------------------------------------------------------
+ *
+ * One block per managed tensor: the tensor itself (versioned or legacy), the
+ * buffer export it holds until its deleter runs, and room for shape and
+ * strides. A few released blocks are kept for the next export: the block's
+ * malloc and free plus a separate hold's were a fifth of an export. */
 
-typedef struct export_hold {
+enum { BLOCK_NDIM = 8 }; /* dims held inline; more go to a separate array */
+
+typedef struct export_block {
+  union {
+    DLManagedTensorVersioned v;
+    DLManagedTensor l;
+  } m;
   DevbufPy_buffer_ext ext;
-} export_hold;
+  int64_t *dims;                    /* inline_dims, or PyMem_Raw for ndim > BLOCK_NDIM */
+  int64_t inline_dims[2 * BLOCK_NDIM];
+} export_block;
 
-/* A few released holds kept for the next export (malloc and free were a
- * tenth of one); only touched with the GIL held. */
-enum { HOLD_FREELIST = 4 };
-static export_hold *g_hold_free[HOLD_FREELIST];
-static int g_hold_nfree;
+/* Only touched with the GIL held (the deleter takes it first); a build
+ * without the GIL keeps no freelist. */
+#if defined(Py_GIL_DISABLED)
+enum { BLOCK_FREELIST = 0 };
+#else
+enum { BLOCK_FREELIST = 4 };
+#endif
+static export_block *g_block_free[BLOCK_FREELIST > 0 ? BLOCK_FREELIST : 1];
+static int g_block_nfree;
 
-static export_hold *hold_alloc(void) {
-  if (g_hold_nfree > 0) return g_hold_free[--g_hold_nfree];
-  return PyMem_RawMalloc(sizeof(export_hold));
+static export_block *block_alloc(void) {
+  export_block *b;
+  if (BLOCK_FREELIST > 0 && g_block_nfree > 0) b = g_block_free[--g_block_nfree];
+  else if ((b = PyMem_RawMalloc(sizeof *b)) == NULL) return NULL;
+  b->dims = b->inline_dims;
+  return b;
 }
 
-static void hold_free(export_hold *h) {
-  if (g_hold_nfree < HOLD_FREELIST) g_hold_free[g_hold_nfree++] = h;
-  else PyMem_RawFree(h);
+/* Give back a block whose export is released. */
+static void block_free(export_block *b) {
+  if (b->dims != b->inline_dims) PyMem_RawFree(b->dims);
+  b->dims = NULL;
+  if (BLOCK_FREELIST > 0 && g_block_nfree < BLOCK_FREELIST) g_block_free[g_block_nfree++] = b;
+  else PyMem_RawFree(b);
 }
 
-static void hold_release(void *ctx) {
-  export_hold *h = ctx;
-  if (!Py_IsInitialized()) return; /* after finalisation: leak, never crash */
+/* The deleters: the consumer is done. They may run on any thread: the GIL
+ * is taken for the release; after finalisation nothing is touched (leak,
+ * never crash). The block is not the consumer's any more once called. */
+static void block_delete(export_block *b) {
+  if (!Py_IsInitialized()) return;
   PyGILState_STATE st = PyGILState_Ensure();
-  DevbufPy_BufferRelease(&h->ext);
-  hold_free(h);
+  DevbufPy_BufferRelease(&b->ext);
+  block_free(b);
   PyGILState_Release(st);
 }
+static void block_deleter_v(DLManagedTensorVersioned *m) { block_delete(m->manager_ctx); }
+static void block_deleter_l(DLManagedTensor *m) { block_delete(m->manager_ctx); }
 
 int dbp_buffer_error(const devbuf_error *err) {
   PyErr_SetString(PyExc_BufferError, err->message);
@@ -89,6 +116,7 @@ static int src_describe(DevbufPy_buffer_ext *ext, src_info *s) {
 /* DLPack flags a devbuf device adds: CUDA memory the host may read is
  * managed memory. */
 static uint32_t src_dl_flags(const src_info *s) {
+  if (!s->has_dev) return 0; /* host memory: identifier "cpu" */
   if (strcmp(s->identifier, "devbuf.cuda") == 0 && (s->info_flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE))
     return DEVBUF_DLPACK_MANAGED;
   return 0;
@@ -192,25 +220,70 @@ static PyObject *copy_to_device(PyObject *obj, const char *identifier, int32_t o
   return out;
 }
 
+/* DevbufPy_GetBufferEx(obj, ext, PyBUF_RECORDS_RO | PyBUF_DEVICE), with
+ * its step 2 (refuse required flags the type does not advertise) skipped for
+ * devbuf's own exact DeviceBuffer and DeviceView: static types, whose
+ * advertised flags cannot change, checked once here to cover the request.
+ * The rest is GetBufferEx's: the type's own bf_getbuffer (so the export is
+ * counted exactly as any other), and the CPU-buffer scrub. In the native
+ * build (the interpreter's own PyObject_GetBuffer) always GetBufferEx. */
+enum { EXPORT_FLAGS = PyBUF_RECORDS_RO | PyBUF_DEVICE };
+static int g_own_direct = -1; /* unknown yet */
+
+static int own_direct_ok(void) {
+  int a = 0, b = 0;
+  int required = EXPORT_FLAGS & PyBUF_REQUIRED_FLAGS;
+  if (DevbufPy_GetBufferSupportedFlags(&DbpBuffer_Type, &a) < 0 ||
+      DevbufPy_GetBufferSupportedFlags(&DbpView_Type, &b) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return (required & ~a) == 0 && (required & ~b) == 0;
+}
+
+static int get_export(PyObject *obj, DevbufPy_buffer_ext *ext) {
+#ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
+  PyTypeObject *tp = Py_TYPE(obj);
+  if (tp == &DbpBuffer_Type || tp == &DbpView_Type) {
+    if (g_own_direct < 0) g_own_direct = own_direct_ok();
+    if (g_own_direct) {
+      ext->flags = 0;
+      ext->ext_flags = 0;
+      ext->view.obj = NULL;
+      if (tp->tp_as_buffer->bf_getbuffer(obj, &ext->view, EXPORT_FLAGS) < 0) {
+        ext->view.obj = NULL;
+        ext->device = NULL;
+        ext->device_info = NULL;
+        return -1;
+      }
+      if (!(ext->flags & PyBUF_DEVICE)) {
+        ext->device = NULL;
+        ext->device_info = NULL;
+      }
+      return 0;
+    }
+  }
+#endif
+  return DevbufPy_GetBufferEx(obj, ext, EXPORT_FLAGS);
+}
+
 int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
                       const DLDevice *target, int copy, void **out) {
   devbuf_error err;
   devbuf_error_clear(&err);
   *out = NULL;
-  export_hold *h = hold_alloc();
+  export_block *h = block_alloc();
   if (h == NULL) {
     PyErr_NoMemory();
     return -1;
   }
-  if (DevbufPy_GetBufferEx(obj, &h->ext, PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
-    hold_free(h);
+  if (get_export(obj, &h->ext) < 0) {
+    block_free(h);
     return -1;
   }
   src_info s;
   if (src_describe(&h->ext, &s) < 0) goto fail;
   uint32_t extra = src_dl_flags(&s);
-  DLDevice here;
-  int here_rc = devbuf_dlpack_device_from_identifier(s.identifier, s.ordinal, extra, &here, &err);
 
   /* Is a copy needed, or asked for? */
   int same = 1;
@@ -254,7 +327,7 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
       goto fail;
     }
     DevbufPy_BufferRelease(&h->ext);
-    hold_free(h);
+    block_free(h);
     h = NULL;
     PyObject *c = copy_to_device(obj, tid ? tid : s.identifier, tid ? tord : s.ordinal);
     if (c == NULL) {
@@ -280,28 +353,6 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
     if (rc == 0 && versioned) ((DLManagedTensorVersioned *)*out)->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
     return rc;
   }
-  if (here_rc != DEVBUF_OK) {
-    devbuf_error_prefix(&err, "__dlpack__");
-    dbp_buffer_error(&err);
-    goto fail;
-  }
-
-  /* The consumer's stream: make it wait for the data. */
-  {
-    void *st = NULL;
-    int skip = 0;
-    if (parse_stream(stream, (int32_t)here.device_type, &st, &skip) < 0) goto fail;
-    if (sync && !skip && s.event != NULL && s.has_dev) {
-      int rc;
-      DBP_NOGIL(rc = devbuf_stream_wait_event(&s.dev, st, s.event, &err));
-      if (rc != DEVBUF_OK) {
-        devbuf_error_prefix(&err, "__dlpack__: making the consumer's stream wait");
-        dbp_fail(&err);
-        goto fail;
-      }
-    }
-  }
-
   devbuf_dlpack_export_spec spec;
   memset(&spec, 0, sizeof spec);
   spec.struct_size = sizeof spec;
@@ -322,20 +373,53 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
     spec.shape = (const int64_t *)h->ext.view.shape;
     spec.strides = (const int64_t *)h->ext.view.strides;
   }
-  spec.release = hold_release;
-  spec.release_ctx = h;
-  int rc = versioned ? devbuf_dlpack_export_versioned(&spec, (DLManagedTensorVersioned **)out, &err)
-                     : devbuf_dlpack_export_legacy(&spec, (DLManagedTensor **)out, &err);
+  /* spec.release stays NULL: the block's deleter releases the export. */
+  if (spec.ndim > BLOCK_NDIM &&
+      (h->dims = PyMem_RawMalloc(2 * (size_t)spec.ndim * sizeof(int64_t))) == NULL) {
+    h->dims = h->inline_dims;
+    PyErr_NoMemory();
+    goto fail;
+  }
+  int rc;
+  if (versioned) {
+    rc = devbuf_dlpack_export_versioned_into(&spec, &h->m.v, h->dims, &err);
+    h->m.v.manager_ctx = h;
+    h->m.v.deleter = block_deleter_v;
+  } else {
+    rc = devbuf_dlpack_export_legacy_into(&spec, &h->m.l, h->dims, &err);
+    h->m.l.manager_ctx = h;
+    h->m.l.deleter = block_deleter_l;
+  }
   if (rc != DEVBUF_OK) {
     devbuf_error_prefix(&err, "__dlpack__");
     dbp_buffer_error(&err);
     goto fail;
   }
+
+  /* The consumer's stream, checked against the tensor's DLPack device (the
+   * tensor is not handed out on failure: the fail path releases it): make
+   * it wait for the data. */
+  {
+    void *st = NULL;
+    int skip = 0;
+    DLDevice here = versioned ? h->m.v.dl_tensor.device : h->m.l.dl_tensor.device;
+    if (parse_stream(stream, (int32_t)here.device_type, &st, &skip) < 0) goto fail;
+    if (sync && !skip && s.event != NULL && s.has_dev) {
+      int wrc;
+      DBP_NOGIL(wrc = devbuf_stream_wait_event(&s.dev, st, s.event, &err));
+      if (wrc != DEVBUF_OK) {
+        devbuf_error_prefix(&err, "__dlpack__: making the consumer's stream wait");
+        dbp_fail(&err);
+        goto fail;
+      }
+    }
+  }
+  *out = versioned ? (void *)&h->m.v : (void *)&h->m.l;
   return 0; /* h now belongs to the managed tensor */
 fail:
   if (h) {
     DevbufPy_BufferRelease(&h->ext);
-    hold_free(h);
+    block_free(h);
   }
   return -1;
 }

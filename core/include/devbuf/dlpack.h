@@ -370,6 +370,20 @@ DEVBUF_API int devbuf_dlpack_export_versioned(const devbuf_dlpack_export_spec *s
 DEVBUF_API int devbuf_dlpack_export_legacy(const devbuf_dlpack_export_spec *spec,
                                            DLManagedTensor **out, devbuf_error *err);
 
+/* The same managed tensors built in caller storage, for an owner that keeps
+ * its own blocks (a freelist): fills version (versioned form), flags and
+ * dl_tensor, with shape and strides pointing at dims (2 * spec->ndim
+ * entries: shape, then strides in elements); manager_ctx and deleter are
+ * the caller's to set. Same checks and refusals as the allocating forms
+ * (a read-only or padded sub-byte export has no legacy form). On failure
+ * the contents of m and dims are unspecified. */
+DEVBUF_API int devbuf_dlpack_export_versioned_into(const devbuf_dlpack_export_spec *spec,
+                                                   DLManagedTensorVersioned *m, int64_t *dims,
+                                                   devbuf_error *err);
+DEVBUF_API int devbuf_dlpack_export_legacy_into(const devbuf_dlpack_export_spec *spec,
+                                                DLManagedTensor *m, int64_t *dims,
+                                                devbuf_error *err);
+
 /* Fill a caller-owned DLTensor (for dltensor_from_py_object_no_sync) with
  * shape/strides pointing at the caller's arrays shape_out/strides_out
  * (ndim entries each, strides in elements). No allocation. */
