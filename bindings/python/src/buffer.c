@@ -644,12 +644,11 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
    * through buffer_getbuffer_slow, as a tail call, so that the fast path
    * makes no call and saves no registers. */
   int device_export = flags & self->device_flag; /* PyBUF_DEVICE is in fast_flags only then */
-  if (DBP_CHECK_EXPORTS ||
-      DBP_UNLIKELY(self->freed | (flags & ~self->fast_flags) |
-                   ((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) |
-                   (device_export ? !self->info_ready
-                                  : (!self->host_readable | (self->event != NULL))) |
-                   (self->ledger.n == self->ledger.cap)))
+  if (DBP_CHECK_EXPORTS || DBP_UNLIKELY(self->freed) || DBP_UNLIKELY(flags & ~self->fast_flags) ||
+      DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) ||
+      DBP_UNLIKELY(device_export ? !self->info_ready
+                                 : !self->host_readable || self->event != NULL) ||
+      DBP_UNLIKELY(self->ledger.n == self->ledger.cap))
     return buffer_getbuffer_slow(self, view, flags);
   dbp_ledger_add(&self->ledger, view); /* cannot fail: there is room */
   return export_fill(self, view, flags, device_export);
