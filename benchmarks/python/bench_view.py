@@ -132,10 +132,10 @@ def main():
         print(f"  {'met' if v else 'MISSED':>8}  {k}")
     # Issue 16, goal 3: where the extended export's extra time goes (callgrind,
     # instructions per call of the C loop, the loop's own ~13 included).
-    print("\n  Extended export from C (issue 16): ~135 instructions per getbuffer+release of a "
+    print("\n  Extended export from C (issue 16): ~132 instructions per getbuffer+release of a "
           "DeviceBuffer\n  with PyBUF_DEVICE against ~88 for bytearray (~183 before the "
           "precomputed fast path);\n  the difference is the export ledger (each export's "
-          "serial kept, so a double release is\n  reported, not miscounted: ~21), the device "
+          "serial kept, so a double release is\n  reported, not miscounted: ~23), the device "
           "fields and one combined check of what\n  bytearray does not need (freed, flags "
           "served, device_info ready / host-readable).")
     if args.json:
