@@ -631,7 +631,10 @@ static inline int export_fill(DbpBuffer *self, Py_buffer *view, int flags, int d
 /* Every request the fast path does not take: all the checks, then the export. */
 static DBP_COLD int buffer_getbuffer_slow(DbpBuffer *self, Py_buffer *view, int flags) {
   int device_export = export_checks(self, flags);
-  if (device_export < 0 || dbp_ledger_add(&self->ledger, view) < 0) return -1;
+  if (device_export < 0 || dbp_ledger_add(&self->ledger, view) < 0) {
+    view->obj = NULL; /* bf_getbuffer's contract on error */
+    return -1;
+  }
   return export_fill(self, view, flags, device_export);
 }
 
