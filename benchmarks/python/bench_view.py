@@ -136,8 +136,8 @@ def main():
           "DeviceBuffer\n  with PyBUF_DEVICE against ~88 for bytearray (~183 before the "
           "precomputed fast path);\n  the difference is the export ledger (each export's "
           "serial kept, so a double release is\n  reported, not miscounted: ~23), the device "
-          "fields and one combined check of what\n  bytearray does not need (freed, flags "
-          "served, device_info ready / host-readable).")
+          "fields and the fast path's checks\n  bytearray does not need (freed, flags "
+          "served, device_info ready / host-readable, ledger room).")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"python_ns": py, "c_ns": c, "ratios": ratios, "goals": goals}, f, indent=2)
