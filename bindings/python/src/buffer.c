@@ -218,6 +218,7 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
   }
   self->ptr = ptr;
   self->freed = 0;
+  dbp_buffer_prepare_exports(self);
   return self;
 }
 
@@ -523,7 +524,36 @@ static int export_device_info(DbpBuffer *self) {
   return 0;
 }
 
-static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
+#if defined(__GNUC__) || defined(__clang__)
+#define DBP_COLD __attribute__((noinline, cold))
+#define DBP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define DBP_COLD
+#define DBP_UNLIKELY(x) (x)
+#endif
+
+/* The one bit of PyBUF_F_CONTIGUOUS that no other request flag has. */
+#define DBP_F_ONLY_BIT (PyBUF_F_CONTIGUOUS & ~PyBUF_STRIDES)
+
+void dbp_buffer_prepare_exports(DbpBuffer *self) {
+  int fast = DEVBUFPY_BUF_CLASSIC_FLAGS;
+  if (self->readonly) fast &= ~PyBUF_WRITABLE; /* refused: the checks raise */
+  /* Always C-contiguous, so every contiguity request is met except Fortran
+   * order of a genuinely 2+-D array; an empty array is both. */
+  if (self->ndim > 1 && self->nbytes > 0) {
+    int dims = 0;
+    for (int i = 0; i < self->ndim; i++) dims += self->shape[i] > 1;
+    if (dims > 1) fast &= ~DBP_F_ONLY_BIT;
+  }
+  self->device_flag = self->device->is_host ? 0 : PyBUF_DEVICE;
+  self->fast_flags = fast | self->device_flag;
+}
+
+/* Every check of an export, in order, and what a request needs done first
+ * (waiting for the upload, the device_info). The fast path of
+ * buffer_getbuffer skips this only when each check would pass with nothing
+ * to do. 1 for a device export, 0 for a host one, -1 with BufferError. */
+static DBP_COLD int export_checks(DbpBuffer *self, int flags) {
   if (self->freed) {
     PyErr_SetString(PyExc_BufferError, "devbuf.DeviceBuffer: the memory was freed");
     return -1;
@@ -567,9 +597,14 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
       return -1;
     }
   }
+  return device_export;
+}
+
+/* Fill `view` for a request that passed export_checks (or the fast path's
+ * equivalent), after its export has a ledger slot. */
+static inline int export_fill(DbpBuffer *self, Py_buffer *view, int flags, int device_export) {
   view->buf = self->ptr;
-  view->obj = (PyObject *)self;
-  Py_INCREF(self);
+  view->obj = Py_NewRef((PyObject *)self);
   view->len = (Py_ssize_t)self->nbytes;
   view->itemsize = self->itemsize;
   view->readonly = self->readonly;
@@ -583,23 +618,50 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
   }
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
   view->suboffsets = NULL;
-  if (dbp_ledger_add(&self->ledger, view) < 0) {
-    view->obj = NULL;
-    Py_DECREF(self);
-    return -1;
+  if (device_export) {
+    /* DevbufPy_BufferSetDevice, knowing that flags has PyBUF_DEVICE. */
+    DevbufPy_buffer_ext *ext = DEVBUFPY_BUFFER_EXT(view);
+    ext->flags |= PyBUF_DEVICE;
+    ext->device = (char *)self->device->dev.identifier;
+    ext->device_info = &self->info;
   }
-  if (device_export)
-    DevbufPy_BufferSetDevice(view, flags, self->device->dev.identifier, &self->info);
-  self->exports++;
   return 0;
 }
 
+/* Every request the fast path does not take: all the checks, then the export. */
+static DBP_COLD int buffer_getbuffer_slow(DbpBuffer *self, Py_buffer *view, int flags) {
+  int device_export = export_checks(self, flags);
+  if (device_export < 0 || dbp_ledger_add(&self->ledger, view) < 0) {
+    view->obj = NULL; /* bf_getbuffer's contract on error */
+    return -1;
+  }
+  return export_fill(self, view, flags, device_export);
+}
+
+static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
+  /* Fast path: the request asks only for what this buffer serves as it is
+   * (fast_flags), the memory is alive, there is no PyBUF_FORMAT without
+   * PyBUF_ND, the export needs nothing done first (for a device export the
+   * device_info is ready; for a host export the host can read the memory and
+   * no upload is pending), and the ledger has room. Anything else goes
+   * through buffer_getbuffer_slow, as a tail call, so that the fast path
+   * makes no call and saves no registers. */
+  int device_export = flags & self->device_flag; /* PyBUF_DEVICE is in fast_flags only then */
+  if (DBP_CHECK_EXPORTS || DBP_UNLIKELY(self->freed) || DBP_UNLIKELY(flags & ~self->fast_flags) ||
+      DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) ||
+      DBP_UNLIKELY(device_export ? !self->info_ready
+                                 : !self->host_readable || self->event != NULL) ||
+      DBP_UNLIKELY(self->ledger.n == self->ledger.cap))
+    return buffer_getbuffer_slow(self, view, flags);
+  dbp_ledger_add(&self->ledger, view); /* cannot fail: there is room */
+  return export_fill(self, view, flags, device_export);
+}
+
 static void buffer_releasebuffer(DbpBuffer *self, Py_buffer *view) {
-  /* As bytearray: count down, never touch view->obj (the caller decrefs);
-   * but only for an export that is alive (a double release would let
-   * free() run under a live one). */
-  if (dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer"))
-    self->exports--;
+  /* As bytearray: count down (ledger.n), never touch view->obj (the caller
+   * decrefs); but only for an export that is alive (a double release would
+   * let free() run under a live one). */
+  dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer");
 }
 
 static PyBufferProcs buffer_as_buffer = {
@@ -611,11 +673,11 @@ static PyBufferProcs buffer_as_buffer = {
 
 static PyObject *buffer_free(DbpBuffer *self, PyObject *unused) {
   if (self->freed) Py_RETURN_NONE;
-  if (self->exports > 0 || self->pins > 0) {
+  if (self->ledger.n > 0 || self->pins > 0) {
     PyErr_Format(PyExc_BufferError,
                  "cannot free a devbuf.DeviceBuffer while it is exported (%zd live export%s%s): "
                  "release the views and memoryviews of it first",
-                 self->exports + self->pins, self->exports + self->pins == 1 ? "" : "s",
+                 self->ledger.n + self->pins, self->ledger.n + self->pins == 1 ? "" : "s",
                  self->pins ? ", or an operation is still running on it" : "");
     return NULL;
   }
@@ -675,7 +737,7 @@ static PyObject *get_ndim(DbpBuffer *self, void *c) { return PyLong_FromLong(sel
 static PyObject *get_nbytes(DbpBuffer *self, void *c) { return PyLong_FromSize_t(self->nbytes); }
 static PyObject *get_readonly(DbpBuffer *self, void *c) { return PyBool_FromLong(self->readonly); }
 static PyObject *get_freed(DbpBuffer *self, void *c) { return PyBool_FromLong(self->freed); }
-static PyObject *get_exports(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->exports); }
+static PyObject *get_exports(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->ledger.n); }
 static PyObject *get_ptr(DbpBuffer *self, void *c) {
   if (check_alive(self) < 0) return NULL;
   return PyLong_FromVoidPtr(self->ptr);

@@ -82,11 +82,19 @@ typedef struct DbpBuffer {
   int host_readable;       /* the host may dereference ptr */
   int freed;
   int info_ready;          /* `info` holds the exported device_info */
+  /* Precomputed by dbp_buffer_prepare_exports once the layout is final; all
+   * zero (never prepared) sends every request but PyBUF_SIMPLE to the full
+   * checks. fast_flags: the request bits the export fast path may take
+   * without the checks (no PyBUF_WRITABLE if read-only, no Fortran bit if
+   * the array cannot be Fortran-contiguous, PyBUF_DEVICE only off the host);
+   * device_flag: PyBUF_DEVICE if a PyBUF_DEVICE request gets a device
+   * export (any device but "cpu"), else 0. */
+  int fast_flags;
+  int device_flag;
   Py_ssize_t itemsize;
   Py_ssize_t *shape;       /* ndim entries, then ndim strides (one PyMem block) */
   Py_ssize_t *strides;
   char *format;            /* PyMem copy, NUL-terminated */
-  Py_ssize_t exports;      /* live buffer exports (bf_getbuffer minus bf_releasebuffer) */
   Py_ssize_t pins;         /* operations running with the GIL released */
   void *event;             /* the data is ready once this completes; owned; NULL = ready */
   void *staging;           /* host staging memory in flight until `event` completes */
@@ -96,7 +104,8 @@ typedef struct DbpBuffer {
   } info;
   PyObject *weakreflist;
   PyObject *base;          /* DBP_MEM_BORROWED: memoryview holding the lender's export; else NULL */
-  DbpLedger ledger;        /* which exports are alive (export_ledger.h); `exports` == ledger.n */
+  DbpLedger ledger;        /* which exports are alive (export_ledger.h); ledger.n is the
+                              count of live exports (bf_getbuffer minus bf_releasebuffer) */
 } DbpBuffer;
 
 extern PyTypeObject DbpBuffer_Type;
@@ -104,6 +113,9 @@ int dbp_buffer_init(PyObject *module);
 /* New buffer of `shape` items of `format` on `device`, uninitialised. */
 DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
                           const char *format, Py_ssize_t itemsize, int readonly);
+/* Fill fast_flags/device_flag from the final device, readonly flag and layout;
+ * every constructor calls it last. */
+void dbp_buffer_prepare_exports(DbpBuffer *self);
 /* Copy a host Py_buffer into a new buffer on `device` (asynchronously when
  * the device is). */
 DbpBuffer *dbp_buffer_from_pybuffer(DbpDevice *device, Py_buffer *src, int readonly);

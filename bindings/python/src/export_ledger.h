@@ -20,20 +20,33 @@ typedef struct DbpLedger {
   uintptr_t next;  /* last serial handed out; 0 is never one */
 } DbpLedger;
 
+#if defined(__GNUC__) || defined(__clang__)
+#define DBP_LEDGER_COLD __attribute__((noinline, cold, unused))
+#define DBP_LEDGER_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define DBP_LEDGER_COLD inline
+#define DBP_LEDGER_UNLIKELY(x) (x)
+#endif
+
+/* Out of line: the hot paths below stay small (no call, fewer saved
+ * registers) in every exporter that inlines them. */
+static DBP_LEDGER_COLD int dbp_ledger_grow(DbpLedger *l) {
+  Py_ssize_t cap = l->cap ? l->cap * 2 : 4;
+  uintptr_t *p = PyMem_Realloc(l->live, (size_t)cap * sizeof *p);
+  if (p == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  l->live = p;
+  l->cap = cap;
+  return 0;
+}
+
 /* Record a new export in view->internal. -1 with MemoryError set on failure. */
 static inline int dbp_ledger_add(DbpLedger *l, Py_buffer *view) {
-  if (l->n == l->cap) {
-    Py_ssize_t cap = l->cap ? l->cap * 2 : 4;
-    uintptr_t *p = PyMem_Realloc(l->live, (size_t)cap * sizeof *p);
-    if (p == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    l->live = p;
-    l->cap = cap;
-  }
+  if (DBP_LEDGER_UNLIKELY(l->n == l->cap) && dbp_ledger_grow(l) < 0) return -1;
   uintptr_t s = ++l->next;
-  if (s == 0) s = ++l->next;
+  if (DBP_LEDGER_UNLIKELY(s == 0)) s = ++l->next;
   l->live[l->n++] = s;
   view->internal = (void *)s;
   return 0;
@@ -42,8 +55,8 @@ static inline int dbp_ledger_add(DbpLedger *l, Py_buffer *view) {
 /* 1 if view's export was alive (it is now released); 0 if it was not: a
  * second release, or a Py_buffer this object never filled. That is reported
  * as an unraisable BufferError naming `owner`, and nothing else happens. */
-static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *owner,
-                                    const char *who) {
+static DBP_LEDGER_COLD int dbp_ledger_remove_slow(DbpLedger *l, Py_buffer *view,
+                                                         PyObject *owner, const char *who) {
   uintptr_t s = (uintptr_t)view->internal;
   for (Py_ssize_t i = l->n - 1; s != 0 && i >= 0; i--) {
     if (l->live[i] != s) continue;
@@ -60,6 +73,19 @@ static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *own
   PyErr_WriteUnraisable(owner);
   PyErr_Restore(et, ev, tb);
   return 0;
+}
+
+static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *owner,
+                                    const char *who) {
+  /* The common case, exports released last-in first-out: the newest live
+   * serial. (0 is never a live serial, so it cannot match.) */
+  Py_ssize_t n = l->n;
+  if (n > 0 && l->live[n - 1] == (uintptr_t)view->internal) {
+    l->n = n - 1;
+    view->internal = NULL;
+    return 1;
+  }
+  return dbp_ledger_remove_slow(l, view, owner, who);
 }
 
 static inline void dbp_ledger_forget_all(DbpLedger *l) { l->n = 0; }

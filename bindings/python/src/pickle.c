@@ -401,6 +401,7 @@ static DbpBuffer *borrowed_new(DbpDevice *device, int ndim, const Py_ssize_t *sh
   self->ptr = vb->buf;
   self->base = Py_NewRef(mv);
   self->freed = 0;
+  dbp_buffer_prepare_exports(self);
   return self;
 }
 
