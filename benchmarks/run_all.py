@@ -52,6 +52,13 @@ def bench_list(build, quick, tmp):
     ]
 
 
+# Sections that other commands write (by hand from their output), kept as
+# they are with a note saying where they come from.
+EXTERNAL = {
+    "The device extension inside CPython (issue 25)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
+}
+
+
 def machine():
     model = "unknown CPU"
     try:
@@ -243,11 +250,15 @@ def main():
     for title, body in old.items():
         if title in ran or title == "Plots":
             continue
-        if body.startswith("*Not rerun"):  # drop the previous run's note
+        if body.startswith("*Not rerun") or body.startswith("*Made by"):  # drop the previous note
             body = body.split("\n\n", 1)[1] if "\n\n" in body else ""
-        text += [f"## {title}", "",
-                 f"*Not rerun by the run of {now} (needs hardware this machine lacks); "
-                 "carried over from the previous file:*", "", body.rstrip(), ""]
+        if title in EXTERNAL:
+            note = (f"*Made by `{EXTERNAL[title]}`, not by this script (it builds two "
+                    "interpreters); carried over from the previous file:*")
+        else:
+            note = (f"*Not rerun by the run of {now} (needs hardware this machine lacks); "
+                    "carried over from the previous file:*")
+        text += [f"## {title}", "", note, "", body.rstrip(), ""]
     with open(a.out, "w") as fh:
         fh.write("\n".join(text).rstrip() + "\n")
     print(f"[bench] wrote {os.path.relpath(a.out, ROOT)}", file=sys.stderr)
