@@ -24,8 +24,10 @@ c++ -std=c++17 -Wall -Wextra -Werror -pedantic "${HI[@]}" -c "$OUT/hdr.cpp" -o "
 printf '#include <Python.h>\n#include "devbuf_buffer.h"\n#if !DEVBUFPY_NATIVE_BUFFER_EXTENSION\n#error not native\n#endif\n' | cc -std=c11 -E "${HI[@]}" -x c - >/dev/null
 echo "devbuf_buffer.h: native mode clean under C11 and C++17 -pedantic -Werror"
 B="$OUT/devbuf"
-cmake -S "$ROOT" -B "$B" -DPython3_EXECUTABLE="$PY" -DPython3_INCLUDE_DIR="$INC" >"$OUT/devbuf-cmake.log" 2>&1
-cmake --build "$B" -j"${CPYREF_JOBS:-2}" >"$OUT/devbuf-build.log" 2>&1
+cmake -S "$ROOT" -B "$B" -DPython3_EXECUTABLE="$PY" -DPython3_INCLUDE_DIR="$INC" >"$OUT/devbuf-cmake.log" 2>&1 ||
+  { echo "devbuf.sh: cmake against the patched interpreter failed:"; tail -30 "$OUT/devbuf-cmake.log"; exit 1; }
+cmake --build "$B" -j"${CPYREF_JOBS:-2}" >"$OUT/devbuf-build.log" 2>&1 ||
+  { echo "devbuf.sh: devbuf does not build against the patched interpreter:"; grep -E 'error|Error' "$OUT/devbuf-build.log" | head -20; exit 1; }
 SP="$(readlink -f "$ROOT/.venv")/lib/python3.11/site-packages"
 cd "$ROOT"
 DEVBUF_BUILD_DIR="$B" PYTHONPATH="$B/python:$SP" "$PY" -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -4

@@ -228,6 +228,7 @@ static PyObject *copy_to_device(PyObject *obj, const char *identifier, int32_t o
  * counted exactly as any other), and the CPU-buffer scrub. In the native
  * build (the interpreter's own PyObject_GetBuffer) always GetBufferEx. */
 enum { EXPORT_FLAGS = PyBUF_RECORDS_RO | PyBUF_DEVICE };
+#ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
 static int g_own_direct = -1; /* unknown yet */
 
 static int own_direct_ok(void) {
@@ -240,6 +241,7 @@ static int own_direct_ok(void) {
   }
   return (required & ~a) == 0 && (required & ~b) == 0;
 }
+#endif
 
 static int get_export(PyObject *obj, DevbufPy_buffer_ext *ext) {
 #ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
