@@ -520,11 +520,15 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
     uint32_t epi;
     char format[sizeof out->format];
   } memo;
-  if (memo.valid && memo.padded == padded && memo.dtype.code == t->dtype.code &&
-      memo.dtype.bits == t->dtype.bits && memo.dtype.lanes == t->dtype.lanes) {
-    memcpy(out->format, memo.format, strlen(memo.format) + 1);
-    itemsize = memo.itemsize;
-    epi = memo.epi;
+  /* One TLS address lookup (__tls_get_addr in a shared library), not one
+   * per access; the whole format buffer is copied (a fixed-size copy the
+   * compiler inlines, instead of strlen + memcpy calls). */
+  __typeof__(memo) *mp = &memo;
+  if (mp->valid && mp->padded == padded && mp->dtype.code == t->dtype.code &&
+      mp->dtype.bits == t->dtype.bits && mp->dtype.lanes == t->dtype.lanes) {
+    memcpy(out->format, mp->format, sizeof out->format);
+    itemsize = mp->itemsize;
+    epi = mp->epi;
   } else {
     rc = devbuf_dlpack_dtype_to_format(t->dtype, padded, out->format, sizeof out->format,
                                        &itemsize, &epi, err);
@@ -532,12 +536,12 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
       devbuf_error_prefix(err, "dlpack import");
       return rc;
     }
-    memo.valid = 1;
-    memo.padded = padded;
-    memo.dtype = t->dtype;
-    memo.itemsize = itemsize;
-    memo.epi = epi;
-    memcpy(memo.format, out->format, sizeof memo.format);
+    mp->valid = 1;
+    mp->padded = padded;
+    mp->dtype = t->dtype;
+    mp->itemsize = itemsize;
+    mp->epi = epi;
+    memcpy(mp->format, out->format, sizeof mp->format);
   }
   out->dtype = t->dtype;
   out->itemsize = itemsize;
@@ -613,7 +617,7 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
                                 (int)i, (long long)estrides[i], (unsigned long long)itemsize);
     }
   }
-  uint64_t nitems = nelem / epi;
+  uint64_t nitems = epi > 1 ? nelem / epi : nelem; /* no 64-bit division in the common case */
   out->nitems = nitems;
 
   /* The byte range the view touches, relative to data + byte_offset. */

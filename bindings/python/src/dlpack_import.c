@@ -58,12 +58,10 @@ static DbpForeign *foreign_alloc(int kind, PyObject *source) {
  * size agree, and len is what shape says. The memory's extent is the
  * producer's word (libdevbuf checked it does not wrap). */
 static int check_desc(const devbuf_dlpack_desc *d, const char *what) {
-  Py_ssize_t sh[DEVBUF_DLPACK_MAX_NDIM], st[DEVBUF_DLPACK_MAX_NDIM];
-  for (int i = 0; i < d->ndim; i++) {
-    sh[i] = (Py_ssize_t)d->shape[i];
-    st[i] = (Py_ssize_t)d->strides[i];
-  }
-  return dbp_layout_check(what, d->format, (Py_ssize_t)d->itemsize, d->ndim, sh, st,
+  /* int64_t and Py_ssize_t are the same width (interop.h asserts it), as
+   * foreign_getbuffer already relies on: the arrays are read in place. */
+  return dbp_layout_check(what, d->format, (Py_ssize_t)d->itemsize, d->ndim,
+                          (const Py_ssize_t *)d->shape, (const Py_ssize_t *)d->strides,
                           (Py_ssize_t)(d->nitems * d->itemsize), -1, DBP_LAYOUT_BUFFER_ERROR);
 }
 
@@ -96,7 +94,9 @@ static int foreign_describe(DbpForeign *f, const DLTensor *t, uint64_t dl_flags,
   }
   f->tensor.shape = nd ? f->el_shape : NULL;
   f->tensor.strides = nd ? f->el_strides : NULL;
-  f->is_host = strcmp(f->desc.identifier, "cpu") == 0;
+  /* Every identifier describe() gives is a string of at least 4 bytes
+   * with its NUL ("cpu", "devbuf.*"): a 4-byte compare, inlined. */
+  f->is_host = memcmp(f->desc.identifier, "cpu", 4) == 0;
   if ((f->desc.flags & DEVBUF_DLPACK_HANDLE) && t->byte_offset != 0) {
     PyErr_Format(PyExc_BufferError,
                  "a %s tensor with byte_offset %llu cannot be re-exported: its data is a memory "
@@ -288,13 +288,22 @@ static void foreign_dealloc(DbpForeign *f) {
   void *m = f->managed;
   f->managed = NULL;
   /* The producer's deleter may run Python code (a decref): keep any
-   * pending exception out of its way. */
+   * pending exception out of its way, and none it leaves escapes. With
+   * nothing pending (the usual case) there is nothing to fetch and put
+   * back: clearing whatever the deleter left is what restoring "no
+   * exception" did. */
   if (m) {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    if (f->kind == DBP_FOREIGN_DLPACK) devbuf_dlpack_delete_versioned(m);
-    else devbuf_dlpack_delete_legacy(m);
-    PyErr_Restore(t, v, tb);
+    if (PyErr_Occurred()) {
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      if (f->kind == DBP_FOREIGN_DLPACK) devbuf_dlpack_delete_versioned(m);
+      else devbuf_dlpack_delete_legacy(m);
+      PyErr_Restore(t, v, tb);
+    } else {
+      if (f->kind == DBP_FOREIGN_DLPACK) devbuf_dlpack_delete_versioned(m);
+      else devbuf_dlpack_delete_legacy(m);
+      if (PyErr_Occurred()) PyErr_Clear();
+    }
   }
   Py_CLEAR(f->source);
   if (g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;

@@ -126,20 +126,23 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
       PyErr_Format(exc, "%s: shape[%d] is negative (%zd)", what, i, shape[i]);
       return -1;
     }
+    /* Overflow tests by multiplication, not division: the same answers
+     * (items > MAX / n exactly when items * n > MAX, for n > 0), without a
+     * 64-bit divide per dimension on every view. */
+    Py_ssize_t prod;
     if (shape[i] == 0) empty = 1;
-    else if (items > PY_SSIZE_T_MAX / shape[i]) {
+    else if (__builtin_mul_overflow(items, shape[i], &prod)) {
       PyErr_Format(exc, "%s: shape overflows Py_ssize_t at shape[%d]", what, i);
       return -1;
-    }
-    if (!empty) items *= shape[i];
+    } else if (!empty) items = prod;
   }
   if (empty) items = 0;
   if (shape == NULL && ndim == 1) items = len >= 0 ? len / itemsize : 0; /* flat export */
-  if (items > PY_SSIZE_T_MAX / itemsize) {
+  Py_ssize_t need;
+  if (__builtin_mul_overflow(items, itemsize, &need)) {
     PyErr_Format(exc, "%s: shape * itemsize overflows Py_ssize_t", what);
     return -1;
   }
-  Py_ssize_t need = items * itemsize;
   if (len >= 0 && len != need) {
     PyErr_Format(exc, "%s: nbytes/len %zd does not match shape and itemsize (%zd items of %zd bytes)",
                  what, len, items, itemsize);
@@ -160,9 +163,11 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
       return -1;
     }
     for (int i = 0; i < ndim; i++) {
-      Py_ssize_t n = shape[i] - 1, s = strides[i], ext;
+      Py_ssize_t n = shape[i] - 1, s = strides[i], ext, mag;
+      /* |s| > (MAX / 2) / n exactly when |s| * n > MAX / 2 (n > 0). */
       if (s != 0 && n > 0 &&
-          (s == PY_SSIZE_T_MIN || (s < 0 ? -s : s) > PY_SSIZE_T_MAX / 2 / n)) {
+          (s == PY_SSIZE_T_MIN || __builtin_mul_overflow(s < 0 ? -s : s, n, &mag) ||
+           mag > PY_SSIZE_T_MAX / 2)) {
         PyErr_Format(exc, "%s: strides[%d] = %zd overflows over shape[%d] = %zd", what, i, s, i,
                      shape[i]);
         return -1;
