@@ -603,11 +603,27 @@ static int producer_device(PyObject *obj, DLDevice *out, int *has) {
   return 0;
 }
 
+/* Whether a method call obj.name(...) on an instance of `type`, whose
+ * type attribute `descr` (from _PyType_Lookup) is, calls descr(obj, ...)
+ * exactly, as CPython's _PyObject_GetMethod decides: generic attribute
+ * lookup, a method descriptor (a builtin method, as NumPy's __dlpack__ is;
+ * not a data descriptor), and no instance dict that could shadow it. Then
+ * the call skips the second lookup of the method. */
+static int method_call_is_direct(PyTypeObject *type, PyObject *descr) {
+  if (type->tp_getattro != PyObject_GenericGetAttr) return 0;
+  if (!PyType_HasFeature(Py_TYPE(descr), Py_TPFLAGS_METHOD_DESCRIPTOR)) return 0;
+  if (type->tp_dictoffset != 0) return 0;
+#ifdef Py_TPFLAGS_MANAGED_DICT
+  if (type->tp_flags & Py_TPFLAGS_MANAGED_DICT) return 0;
+#endif
+  return 1;
+}
+
 /* Call obj.__dlpack__ with what the producer understands: the full
  * keywords first, then without dl_device/copy (*dropped = 1), then the
  * pre-2023 forms. */
-static PyObject *call_dlpack(PyObject *obj, PyObject *fn, PyObject *stream, PyObject *dl_device,
-                             PyObject *copy, int *dropped) {
+static PyObject *call_dlpack(PyObject *obj, PyObject *fn, int unbound, PyObject *stream,
+                             PyObject *dl_device, PyObject *copy, int *dropped) {
   int extra = dl_device != Py_None || copy != Py_None;
   /* stream=None is the default: leaving it out spares the producer parsing
    * a keyword (NumPy's own from_dlpack leaves it out too). */
@@ -632,9 +648,12 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *fn, PyObject *stream, PyOb
     }
     int n = tries[a];
     if (extra && n < nall) *dropped = 1;
-    /* fn: an instance attribute the caller found; else the type's method. */
-    r = fn != NULL ? PyObject_Vectorcall(fn, vals, 0, names[n])
-                   : PyObject_VectorcallMethod(g_s_dlpack, vals - 1, 1, names[n]);
+    /* fn: an instance attribute the caller found (unbound: the type's
+     * method descriptor, called with obj first, as a method call would);
+     * else the type's method, looked up by the call. */
+    r = fn == NULL ? PyObject_VectorcallMethod(g_s_dlpack, vals - 1, 1, names[n])
+        : unbound  ? PyObject_Vectorcall(fn, vals - 1, 1, names[n])
+                   : PyObject_Vectorcall(fn, vals, 0, names[n]);
     if (r != NULL) break;
   }
   return r;
@@ -660,14 +679,15 @@ static int after_stream_import(DbpForeign *f) {
 
 /* fn: obj.__dlpack__ when the caller found it on the instance, else NULL
  * (the type's method is called). */
-static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *fn, PyObject *dl_device,
-                                      PyObject *copy, int *dropped, int legacy_writable) {
+static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *fn, int unbound,
+                                      PyObject *dl_device, PyObject *copy, int *dropped,
+                                      int legacy_writable) {
   DLDevice pd;
   int has = 0;
   if (producer_device(obj, &pd, &has) < 0) return NULL;
   PyObject *stream = has ? consumer_stream(pd) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
-  PyObject *cap = call_dlpack(obj, fn, stream, dl_device, copy, dropped);
+  PyObject *cap = call_dlpack(obj, fn, unbound, stream, dl_device, copy, dropped);
   /* The producer cannot reach that device (NumPy only knows the CPU): take
    * the tensor where it is and let devbuf's plugins move it. The standard
    * says BufferError; NumPy 2.1-2.2 raise ValueError("unsupported device
@@ -676,7 +696,8 @@ static DbpForeign *import_dlpack_call(PyObject *obj, PyObject *fn, PyObject *dl_
   if (cap == NULL && dl_device != Py_None &&
       (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
     PyErr_Clear();
-    cap = call_dlpack(obj, fn, stream, Py_None, copy == Py_True ? Py_None : copy, dropped);
+    cap = call_dlpack(obj, fn, unbound, stream, Py_None, copy == Py_True ? Py_None : copy,
+                      dropped);
     *dropped = 1;
   }
   Py_DECREF(stream);
@@ -938,7 +959,7 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
         if (fn == NULL) continue;
       }
       int dropped;
-      f = (PyObject *)import_dlpack_call(obj, fn, Py_None, Py_None, &dropped, 0);
+      f = (PyObject *)import_dlpack_call(obj, fn, 0, Py_None, Py_None, &dropped, 0);
       Py_XDECREF(fn);
     } else {
       if (dbp_compat_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
@@ -1048,9 +1069,16 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
   /* obj.__dlpack__: the type's method (found through the type's method
    * cache, called without binding it), else an instance attribute. */
   PyObject *fn = NULL;
-  int has_method = 0;
+  int has_method = 0, unbound = 0;
   if (api == NULL || copy == 1) {
-    has_method = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack) != NULL;
+    PyObject *descr = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack); /* borrowed */
+    has_method = descr != NULL;
+    if (has_method && method_call_is_direct(Py_TYPE(obj), descr)) {
+      /* What obj.__dlpack__(...) would call, found once: a new reference,
+       * as the call may change the type. */
+      fn = Py_NewRef(descr);
+      unbound = 1;
+    }
     if (!has_method && dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
   }
   if (api != NULL && copy != 1) {
@@ -1066,7 +1094,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     } else {
       Py_INCREF(dl);
     }
-    f = import_dlpack_call(obj, fn, dl, copy_o, &dropped, legacy_writable);
+    f = import_dlpack_call(obj, fn, unbound, dl, copy_o, &dropped, legacy_writable);
     Py_DECREF(dl);
     Py_XDECREF(fn);
   } else {
