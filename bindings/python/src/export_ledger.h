@@ -91,7 +91,7 @@ static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *own
 static inline void dbp_ledger_forget_all(DbpLedger *l) { l->n = 0; }
 
 static inline void dbp_ledger_free(DbpLedger *l) {
-  PyMem_Free(l->live);
+  if (l->live != NULL) PyMem_Free(l->live); /* most views never re-export: no call */
   l->live = NULL;
   l->n = l->cap = 0;
 }
