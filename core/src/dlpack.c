@@ -910,14 +910,19 @@ static int legacy_refusal(uint64_t fl, devbuf_error *err) {
 /* Into caller storage: the owner allocates (and may reuse) the block, sets
  * manager_ctx and deleter itself. The same checks and refusals as the
  * allocating forms. */
+static int export_into(const devbuf_dlpack_export_spec *spec, DLTensor *t, int64_t *dims,
+                       uint64_t *fl, devbuf_error *err) {
+  if (t == NULL || (dims == NULL && spec && spec->ndim > 0))
+    return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack export: NULL output or dims");
+  int32_t nd = spec ? spec->ndim : 0;
+  return export_prepare(spec, t, dims, nd > 0 ? dims + nd : NULL, fl, err);
+}
+
 int devbuf_dlpack_export_versioned_into(const devbuf_dlpack_export_spec *spec,
                                         DLManagedTensorVersioned *m, int64_t *dims,
                                         devbuf_error *err) {
-  if (m == NULL || (dims == NULL && spec && spec->ndim > 0))
-    return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack export: NULL output or dims");
   uint64_t fl;
-  int32_t nd = spec ? spec->ndim : 0;
-  int rc = export_prepare(spec, &m->dl_tensor, dims, nd > 0 ? dims + nd : NULL, &fl, err);
+  int rc = export_into(spec, m ? &m->dl_tensor : NULL, dims, &fl, err);
   if (rc) return rc;
   m->version.major = DEVBUF_DLPACK_MAJOR;
   m->version.minor = DEVBUF_DLPACK_MINOR;
@@ -927,11 +932,8 @@ int devbuf_dlpack_export_versioned_into(const devbuf_dlpack_export_spec *spec,
 
 int devbuf_dlpack_export_legacy_into(const devbuf_dlpack_export_spec *spec, DLManagedTensor *m,
                                      int64_t *dims, devbuf_error *err) {
-  if (m == NULL || (dims == NULL && spec && spec->ndim > 0))
-    return devbuf_error_set(err, DEVBUF_EINVAL, "dlpack export: NULL output or dims");
   uint64_t fl;
-  int32_t nd = spec ? spec->ndim : 0;
-  int rc = export_prepare(spec, &m->dl_tensor, dims, nd > 0 ? dims + nd : NULL, &fl, err);
+  int rc = export_into(spec, m ? &m->dl_tensor : NULL, dims, &fl, err);
   if (rc) return rc;
   return legacy_refusal(fl, err);
 }
