@@ -298,8 +298,16 @@ def _check_buffer(b):
             m = memoryview(b)
         except CLEAN:
             return
+        # tolist() makes a list per index of every outer dimension, also
+        # when a later one is 0: a legal zero-byte (2**31, 0) buffer would
+        # build 2**31 lists (an OOM kill seen in CI, not a finding).
+        lists, outer = 0, 1
+        for d in b.shape[:-1]:
+            outer *= d
+            lists += outer
         try:
-            m.tolist()  # reads every item, sized by the format
+            if lists <= 1 << 16:
+                m.tolist()  # reads every item, sized by the format
         except (NotImplementedError, TypeError, ValueError):
             pass
         try:
