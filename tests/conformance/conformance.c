@@ -14,17 +14,26 @@
  * failing check (which returns early) still synchronizes its streams before
  * its host buffers are freed, and releases everything: the final `no_leaks`
  * check compares the runtime's live counters with those at the start. */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "devbuf/runtime.h"
 
 enum { PASS = 0, FAIL = 1, SKIP = 2 };
+
+/* Per check, in its own process (see run_isolated); --timeout changes it. */
+#define DEFAULT_TIMEOUT_S 120
 
 #define MAX_TRACKED 256
 
@@ -62,6 +71,19 @@ static int result(ctx *c, int r, const char *fmt, ...) {
   return r;
 }
 
+/* What the running check is doing, for the FAIL line of a check whose
+ * process dies (a crash, an abort, a hang): the runtime call about to be
+ * made. In a check's child process it lies in memory shared with the
+ * parent, which reads it after the child is gone; in-process it is unused.
+ * Written from the check's own thread only (the threads check notes once
+ * before its threads start). */
+static char *g_doing;
+enum { DOING_MAX = 512 };
+
+static void doing(int line, const char *what) {
+  if (g_doing != NULL) snprintf(g_doing, DOING_MAX, "line %d: %s", line, what);
+}
+
 /* Fail unless `cond`. */
 #define REQUIRE(cond, ...)                                                                   \
   do {                                                                                       \
@@ -76,6 +98,7 @@ static int result(ctx *c, int r, const char *fmt, ...) {
 #define OK(expr)                                                                             \
   do {                                                                                       \
     devbuf_error_clear(&c->err);                                                             \
+    doing(__LINE__, #expr);                                                                  \
     int rc_ = (expr);                                                                        \
     if (rc_ != DEVBUF_OK)                                                                    \
       return result(c, FAIL, "line %d: %s returned %s: %s", __LINE__, #expr,                \
@@ -86,6 +109,7 @@ static int result(ctx *c, int r, const char *fmt, ...) {
 #define CALL(rc, expr)          \
   do {                          \
     devbuf_error_clear(&c->err); \
+    doing(__LINE__, #expr);     \
     (rc) = (expr);              \
   } while (0)
 
@@ -151,6 +175,8 @@ static unsigned char *hbuf(ctx *c, size_t n) {
 
 static void release_all(ctx *c) {
   devbuf_error e;
+  doing(__LINE__, "release_all: synchronizing the check's streams, then destroying and freeing "
+                  "what it created");
   for (int i = 0; i < c->nstreams; i++) devbuf_stream_synchronize(&c->dev, c->streams[i], &e);
   devbuf_stream_synchronize(&c->dev, NULL, &e);
   for (int i = 0; i < c->nevents; i++) devbuf_event_destroy(&c->dev, c->events[i], &e);
@@ -842,6 +868,8 @@ static int check_threads(ctx *c) {
   pthread_t th[TH_N];
   thread_job jobs[TH_N];
   int started = 0;
+  doing(__LINE__, "4 threads, each creating a stream and an event and running mem_alloc, "
+                  "copy_h2d, copy_d2d, copy_d2h, event_record, event_synchronize, mem_free");
   for (int i = 0; i < TH_N; i++) {
     jobs[i].dev = &c->dev;
     jobs[i].id = i;
@@ -907,11 +935,15 @@ enum { NCHECKS = sizeof checks / sizeof checks[0] };
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
-          "usage: %s [--allow-no-device] [--check NAME]... IDENTIFIER[:ORDINAL]\n"
+          "usage: %s [--allow-no-device] [--in-process] [--timeout SECONDS] [--check NAME]...\n"
+          "          IDENTIFIER[:ORDINAL]\n"
           "       %s --list\n"
           "Runs the devbuf plugin conformance checks against a device identifier\n"
-          "(e.g. cpu, devbuf.sim, devbuf.opencl:1). See docs/conformance.md.\n",
-          argv0, argv0);
+          "(e.g. cpu, devbuf.sim, devbuf.opencl:1). Each check runs in a process of its\n"
+          "own with a deadline (default %d s), so that a plugin that crashes, aborts or\n"
+          "hangs costs that check's FAIL line and not the run; --in-process runs them all\n"
+          "in this process, one after another, as a debugger wants. See docs/conformance.md.\n",
+          argv0, argv0, DEFAULT_TIMEOUT_S);
 }
 
 /* Plugins that failed to load, to explain an unknown identifier. */
@@ -929,14 +961,373 @@ static void print_plugins(void) {
   }
 }
 
+enum { OPEN_OK = 1, OPEN_NO_DEVICE_ALLOWED = 2, OPEN_FAILED = 3 };
+
+/* Open the device and fill the context. With `say`, prints what the run
+ * header needs: the device line, or why there is none. */
+static int open_device(ctx *c, const char *spec, int allow_no_device, int say) {
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  doing(__LINE__, "devbuf_device_open (loads the plugins, then device_count)");
+  int rc = devbuf_device_open(spec, &c->dev, &err);
+  if (rc != DEVBUF_OK) {
+    if (!say) {
+      result(c, FAIL, "cannot open %s in the check's process: %s: %s", spec,
+             devbuf_status_name(rc), err.message);
+      return OPEN_FAILED;
+    }
+    if (rc == DEVBUF_ENODEV && err.message[0] != '\0') {
+      /* Report the plugin's own reason, without the runtime's prefix. */
+      const char *reason = strstr(err.message, "no device: ");
+      reason = reason ? reason + strlen("no device: ") : err.message;
+      printf("no device, because %s\n", reason);
+      if (allow_no_device) return OPEN_NO_DEVICE_ALLOWED;
+      printf("FAIL device: %s has no device (run with --allow-no-device to accept that)\n", spec);
+    } else {
+      printf("FAIL device: cannot open %s: %s: %s\n", spec, devbuf_status_name(rc),
+             err.message[0] ? err.message : "(no message)");
+      print_plugins();
+    }
+    return OPEN_FAILED;
+  }
+  c->plugin = devbuf_device_plugin_index(&c->dev);
+  devbuf_device_count(c->dev.identifier, &c->count, &err);
+  doing(__LINE__, "devbuf_device_props_get");
+  rc = devbuf_device_props_get(&c->dev, &c->props, &err);
+  if (rc != DEVBUF_OK) {
+    if (say) printf("FAIL device: device_props of %s: %s\n", spec, err.message);
+    else result(c, FAIL, "device_props of %s in the check's process: %s", spec, err.message);
+    return OPEN_FAILED;
+  }
+  /* Handle-based devices (OpenCL cl_mem, Vulkan, Metal buffers) have no
+   * address whose alignment could be checked; the rest hand out addresses. */
+  int dl = c->props.dlpack_device_type;
+  c->addresses = (c->props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) ||
+                 (dl != -1 && dl != DEVBUF_DL_OPENCL && dl != DEVBUF_DL_VULKAN &&
+                  dl != DEVBUF_DL_METAL);
+  /* Every plugin whose device_info is the common layout is held to all of
+   * its checks, whatever its identifier (issue 22). */
+  devbuf_plugin_info pinfo;
+  memset(&pinfo, 0, sizeof pinfo);
+  pinfo.struct_size = sizeof pinfo;
+  c->default_info = devbuf_plugin_info_get(c->plugin, &pinfo, NULL) == DEVBUF_OK &&
+                    pinfo.table != NULL && pinfo.table->device_info_export == NULL &&
+                    pinfo.table->device_info_import == NULL;
+  c->common_layout = c->default_info || strncmp(c->dev.identifier, "devbuf.", 7) == 0;
+  if (say)
+    printf("# device %s:%d: %s (%s)\n", c->dev.identifier, c->dev.ordinal, c->props.name,
+           c->props.vendor);
+  devbuf_plugin_stats(c->plugin, &g_start_stats, NULL);
+  return OPEN_OK;
+}
+
+/* Run check k on an open device, release what it made; the verdict. */
+static int run_check(ctx *c, int k) {
+  c->why[0] = '\0';
+  int r = checks[k].fn(c);
+  release_all(c);
+  return r;
+}
+
+static void print_result(const char *name, int r, const char *why) {
+  const char *tag = r == PASS ? "PASS" : r == SKIP ? "SKIP" : "FAIL";
+  if (why[0])
+    printf("%s %s: %s\n", tag, name, why);
+  else
+    printf("%s %s\n", tag, name);
+}
+
+/* ---- isolation: one child process per check ------------------------------------------- */
+
+/* What a child leaves for its parent, in shared memory: the verdict and
+ * its reason, a leak found after the check, and what it was doing. */
+typedef struct shared_result {
+  int done;     /* the child got to the end and wrote its verdict */
+  int verdict;  /* PASS, FAIL, SKIP; for the opening child, OPEN_* */
+  char why[1024];
+  char leak[512]; /* non-empty: the check left resources alive */
+  char doing[DOING_MAX];
+} shared_result;
+
+/* In the library build (devbuf.plugin.run_conformance, `main` renamed) the
+ * child is a copy of a Python process: it leaves with _exit, running no
+ * exit handler of the interpreter or of libraries loaded there. The
+ * executable's children exit normally, so that each runs the plugins'
+ * shutdown and, under the sanitizers, LeakSanitizer's check at exit. */
+#ifdef main
+#define CHILD_EXIT(code) _exit(code)
+#else
+#define CHILD_EXIT(code) exit(code)
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* How the child ended, as words for a FAIL line; "" when it wrote its
+ * verdict and exited 0. */
+static void describe_end(int timed_out, int wstatus, double timeout_s, const shared_result *r,
+                         char *out, size_t cap) {
+  out[0] = '\0';
+  if (timed_out) {
+    snprintf(out, cap, "did not finish within %g s (its process was killed)", timeout_s);
+  } else if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    const char *name = sig == SIGSEGV   ? "SIGSEGV"
+                       : sig == SIGABRT ? "SIGABRT"
+                       : sig == SIGBUS  ? "SIGBUS"
+                       : sig == SIGILL  ? "SIGILL"
+                       : sig == SIGFPE  ? "SIGFPE"
+                       : sig == SIGKILL ? "SIGKILL"
+                       : sig == SIGTRAP ? "SIGTRAP"
+                                        : "signal";
+    snprintf(out, cap, "crashed: %s (%s, signal %d)", name, strsignal(sig), sig);
+  } else if (!r->done) {
+    snprintf(out, cap,
+             "its process exited with status %d before the check ended (a sanitizer report, "
+             "or the plugin called exit())",
+             WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+  } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
+    snprintf(out, cap,
+             "its process exited with status %d after the check (at exit: the plugin's "
+             "shutdown, or a sanitizer's leak report)",
+             WEXITSTATUS(wstatus));
+  }
+}
+
+/* Fork, run `body` in the child, wait for it with a deadline. Returns 0
+ * with *wstatus / *timed_out, or -1 (errno) when no child could be made. */
+static int in_child(shared_result *r, double timeout_s, void (*body)(void *), void *arg,
+                    int *wstatus, int *timed_out) {
+  int fds[2];
+  memset(r, 0, sizeof *r);
+  *timed_out = 0;
+  *wstatus = 0;
+  if (pipe(fds) != 0) return -1;
+  fflush(NULL); /* the child must not print our buffered output again */
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = e;
+    return -1;
+  }
+  if (pid == 0) {
+    /* Its own process group: a deadline kills what the plugin started too. */
+    setpgid(0, 0);
+    close(fds[0]);
+    g_doing = r->doing;
+    body(arg);
+    fflush(NULL);
+    r->done = 1;
+    CHILD_EXIT(0);
+  }
+  close(fds[1]);
+  /* The pipe's write end closes when the child's process is gone. */
+  double deadline = now_s() + timeout_s;
+  for (;;) {
+    double left = deadline - now_s();
+    if (left <= 0) {
+      *timed_out = 1;
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      break;
+    }
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    int n = poll(&pf, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 0) break; /* hang-up: the child is gone, or about to be */
+  }
+  close(fds[0]);
+  while (waitpid(pid, wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (*timed_out) kill(-pid, SIGKILL); /* anything left in its group */
+  return 0;
+}
+
+typedef struct child_job {
+  ctx *c;
+  const char *spec;
+  int allow_no_device;
+  int k;
+  shared_result *r;
+} child_job;
+
+static void open_body(void *arg) {
+  child_job *j = arg;
+  j->r->verdict = open_device(j->c, j->spec, j->allow_no_device, 1);
+}
+
+static void check_body(void *arg) {
+  child_job *j = arg;
+  ctx *c = j->c;
+  if (open_device(c, j->spec, 0, 0) != OPEN_OK) {
+    j->r->verdict = FAIL;
+    snprintf(j->r->why, sizeof j->r->why, "%s", c->why);
+    return;
+  }
+  int r = run_check(c, j->k);
+  j->r->verdict = r;
+  snprintf(j->r->why, sizeof j->r->why, "%s", c->why);
+  /* The whole-run no_leaks check, per check: what this one left alive. */
+  c->why[0] = '\0';
+  if (check_no_leaks(c) != PASS) snprintf(j->r->leak, sizeof j->r->leak, "%s", c->why);
+}
+
+static int run_isolated(ctx *c, const char *spec, int allow_no_device, double timeout_s,
+                        const char *const *only, int nonly) {
+  int passed = 0, failed = 0, skipped = 0;
+  shared_result *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                          -1, 0);
+  if (r == MAP_FAILED) {
+    printf("FAIL device: cannot map memory shared with the check processes: %s (try "
+           "--in-process)\n", strerror(errno));
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    return 1;
+  }
+  child_job job = {c, spec, allow_no_device, -1, r};
+  int wstatus, timed_out;
+  char end[512];
+  /* The device is opened in a child too: the parent never starts a driver
+   * (a CUDA context does not survive fork) and survives one that crashes. */
+  if (in_child(r, timeout_s, open_body, &job, &wstatus, &timed_out) != 0) {
+    printf("FAIL device: fork: %s (try --in-process)\n", strerror(errno));
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    munmap(r, sizeof *r);
+    return 1;
+  }
+  describe_end(timed_out, wstatus, timeout_s, r, end, sizeof end);
+  int open = r->done ? r->verdict : OPEN_FAILED;
+  if (end[0] && !(r->done && open == OPEN_OK)) {
+    printf("FAIL device: opening %s %s, while doing %s\n", spec, end,
+           r->doing[0] ? r->doing : "nothing yet");
+    open = OPEN_FAILED;
+  }
+  if (open == OPEN_NO_DEVICE_ALLOWED) {
+    for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
+    printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
+    munmap(r, sizeof *r);
+    return 0;
+  }
+  if (open != OPEN_OK) {
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    munmap(r, sizeof *r);
+    return 1;
+  }
+  char leaks[1024] = "";
+  int nleaks = 0, nran = 0;
+  for (int k = 0; k < NCHECKS; k++) {
+    int is_leaks = strcmp(checks[k].name, "no_leaks") == 0;
+    int selected = nonly == 0;
+    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], checks[k].name) == 0;
+    if (is_leaks) {
+      /* Each check's process compared the runtime's live counters after it
+       * with those before: this verdict gathers theirs. */
+      if (nleaks)
+        printf("FAIL no_leaks: %d check(s) left resources alive: %s\n", nleaks, leaks);
+      else
+        printf("PASS no_leaks: none of the %d check(s) left anything alive in its process\n",
+               nran);
+      if (nleaks) failed++;
+      else passed++;
+      continue;
+    }
+    if (!selected) {
+      skipped++;
+      printf("SKIP %s: not selected\n", checks[k].name);
+      continue;
+    }
+    job.k = k;
+    if (in_child(r, timeout_s, check_body, &job, &wstatus, &timed_out) != 0) {
+      printf("FAIL %s: fork: %s (try --in-process)\n", checks[k].name, strerror(errno));
+      failed++;
+      continue;
+    }
+    nran++;
+    describe_end(timed_out, wstatus, timeout_s, r, end, sizeof end);
+    int v = r->done ? r->verdict : FAIL;
+    if (end[0] && !r->done) {
+      /* A crash, an abort, a hang: the check's FAIL line says which, and
+       * where it was. */
+      printf("FAIL %s: %s, while doing %s (rerun alone under a debugger: --in-process --check "
+             "%s)\n",
+             checks[k].name, end, r->doing[0] ? r->doing : "nothing yet", checks[k].name);
+      failed++;
+      continue;
+    }
+    if (end[0] && v != FAIL) {
+      v = FAIL;
+      snprintf(r->why, sizeof r->why, "%s", end);
+    }
+    if (r->leak[0]) {
+      size_t used = strlen(leaks);
+      snprintf(leaks + used, sizeof leaks - used, "%s%s (%s)", nleaks ? "; " : "",
+               checks[k].name, r->leak);
+      nleaks++;
+    }
+    print_result(checks[k].name, v, r->why);
+    if (v == PASS) passed++;
+    else if (v == SKIP) skipped++;
+    else failed++;
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  munmap(r, sizeof *r);
+  return failed ? 1 : 0;
+}
+
+static int run_in_process(ctx *c, const char *spec, int allow_no_device, const char *const *only,
+                          int nonly) {
+  int passed = 0, failed = 0, skipped = 0;
+  int open = open_device(c, spec, allow_no_device, 1);
+  if (open == OPEN_NO_DEVICE_ALLOWED) {
+    for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
+    printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
+    return 0;
+  }
+  if (open != OPEN_OK) {
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    return 1;
+  }
+  for (int k = 0; k < NCHECKS; k++) {
+    int selected = nonly == 0;
+    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], checks[k].name) == 0;
+    if (!selected && strcmp(checks[k].name, "no_leaks") != 0) {
+      skipped++;
+      printf("SKIP %s: not selected\n", checks[k].name);
+      continue;
+    }
+    int r = run_check(c, k);
+    print_result(checks[k].name, r, c->why);
+    if (r == PASS) passed++;
+    else if (r == SKIP) skipped++;
+    else failed++;
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-  int allow_no_device = 0;
+  int allow_no_device = 0, in_process = 0;
+  double timeout_s = DEFAULT_TIMEOUT_S;
   const char *spec = NULL;
   const char *only[NCHECKS];
   int nonly = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--allow-no-device") == 0) {
       allow_no_device = 1;
+    } else if (strcmp(argv[i], "--in-process") == 0) {
+      in_process = 1;
+    } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      timeout_s = strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(timeout_s > 0 && timeout_s <= 86400)) {
+        fprintf(stderr, "%s: --timeout wants seconds in (0, 86400], not '%s'\n", argv[0],
+                argv[i]);
+        return 2;
+      }
     } else if (strcmp(argv[i], "--list") == 0) {
       for (int k = 0; k < NCHECKS; k++) printf("%s\n", checks[k].name);
       return 0;
@@ -966,80 +1357,11 @@ int main(int argc, char **argv) {
 
   static ctx cx; /* large: keep it off the stack */
   ctx *c = &cx;
+  memset(c, 0, sizeof *c); /* runs repeat in one process (devbuf.plugin) */
   c->spec = spec;
-  printf("# devbuf %s conformance: %s\n", devbuf_version(), spec);
-
-  devbuf_error err;
-  devbuf_error_clear(&err);
-  int rc = devbuf_device_open(spec, &c->dev, &err);
-  int passed = 0, failed = 0, skipped = 0;
-  if (rc != DEVBUF_OK) {
-    if (rc == DEVBUF_ENODEV && err.message[0] != '\0') {
-      /* Report the plugin's own reason, without the runtime's prefix. */
-      const char *reason = strstr(err.message, "no device: ");
-      reason = reason ? reason + strlen("no device: ") : err.message;
-      printf("no device, because %s\n", reason);
-      if (allow_no_device) {
-        for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
-        printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
-        return 0;
-      }
-      printf("FAIL device: %s has no device (run with --allow-no-device to accept that)\n", spec);
-    } else {
-      printf("FAIL device: cannot open %s: %s: %s\n", spec, devbuf_status_name(rc),
-             err.message[0] ? err.message : "(no message)");
-      print_plugins();
-    }
-    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
-    return 1;
-  }
-  c->plugin = devbuf_device_plugin_index(&c->dev);
-  devbuf_device_count(c->dev.identifier, &c->count, &err);
-  rc = devbuf_device_props_get(&c->dev, &c->props, &err);
-  if (rc != DEVBUF_OK) {
-    printf("FAIL device: device_props of %s: %s\n", spec, err.message);
-    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
-    return 1;
-  }
-  /* Handle-based devices (OpenCL cl_mem, Vulkan, Metal buffers) have no
-   * address whose alignment could be checked; the rest hand out addresses. */
-  int dl = c->props.dlpack_device_type;
-  c->addresses = (c->props.flags & DEVBUF_DEVICE_HOST_ACCESSIBLE) ||
-                 (dl != -1 && dl != DEVBUF_DL_OPENCL && dl != DEVBUF_DL_VULKAN &&
-                  dl != DEVBUF_DL_METAL);
-  /* Every plugin whose device_info is the common layout is held to all of
-   * its checks, whatever its identifier (issue 22). */
-  devbuf_plugin_info pinfo;
-  memset(&pinfo, 0, sizeof pinfo);
-  pinfo.struct_size = sizeof pinfo;
-  c->default_info = devbuf_plugin_info_get(c->plugin, &pinfo, NULL) == DEVBUF_OK &&
-                    pinfo.table != NULL && pinfo.table->device_info_export == NULL &&
-                    pinfo.table->device_info_import == NULL;
-  c->common_layout = c->default_info || strncmp(c->dev.identifier, "devbuf.", 7) == 0;
-  printf("# device %s:%d: %s (%s)\n", c->dev.identifier, c->dev.ordinal, c->props.name,
-         c->props.vendor);
-  devbuf_plugin_stats(c->plugin, &g_start_stats, NULL);
-
-  for (int k = 0; k < NCHECKS; k++) {
-    int selected = nonly == 0;
-    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], checks[k].name) == 0;
-    if (!selected && strcmp(checks[k].name, "no_leaks") != 0) {
-      skipped++;
-      printf("SKIP %s: not selected\n", checks[k].name);
-      continue;
-    }
-    c->why[0] = '\0';
-    int r = checks[k].fn(c);
-    release_all(c);
-    const char *tag = r == PASS ? "PASS" : r == SKIP ? "SKIP" : "FAIL";
-    if (c->why[0])
-      printf("%s %s: %s\n", tag, checks[k].name, c->why);
-    else
-      printf("%s %s\n", tag, checks[k].name);
-    if (r == PASS) passed++;
-    else if (r == SKIP) skipped++;
-    else failed++;
-  }
-  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
-  return failed ? 1 : 0;
+  g_doing = NULL;
+  printf("# devbuf %s conformance: %s%s\n", devbuf_version(), spec,
+         in_process ? " (in this process)" : "");
+  if (in_process) return run_in_process(c, spec, allow_no_device, only, nonly);
+  return run_isolated(c, spec, allow_no_device, timeout_s, only, nonly);
 }
