@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devbuf/format.h"
 #include "devbuf/runtime.h"
 
 enum { PASS = 0, FAIL = 1, SKIP = 2 };
@@ -937,13 +938,17 @@ static void usage(FILE *f, const char *argv0) {
   fprintf(f,
           "usage: %s [--allow-no-device] [--in-process] [--timeout SECONDS] [--check NAME]...\n"
           "          IDENTIFIER[:ORDINAL]\n"
-          "       %s --list\n"
+          "       %s --dtype [--in-process] [--timeout SECONDS] [--check NAME]...\n"
+          "          --payload PAYLOAD [--payload PAYLOAD]... NAMESPACE\n"
+          "       %s [--dtype] --list\n"
           "Runs the devbuf plugin conformance checks against a device identifier\n"
           "(e.g. cpu, devbuf.sim, devbuf.opencl:1). Each check runs in a process of its\n"
           "own with a deadline (default %d s), so that a plugin that crashes, aborts or\n"
           "hangs costs that check's FAIL line and not the run; --in-process runs them all\n"
-          "in this process, one after another, as a debugger wants. See docs/conformance.md.\n",
-          argv0, argv0, DEFAULT_TIMEOUT_S);
+          "in this process, one after another, as a debugger wants. With --dtype, the checks\n"
+          "for a dtype namespace (e.g. mypkg), on payloads it understands. See\n"
+          "docs/conformance.md.\n",
+          argv0, argv0, argv0, DEFAULT_TIMEOUT_S);
 }
 
 /* Plugins that failed to load, to explain an unknown identifier. */
@@ -1036,6 +1041,291 @@ static void print_result(const char *name, int r, const char *why) {
   else
     printf("%s %s\n", tag, name);
 }
+
+/* ---- dtype namespaces ---------------------------------------------------------------- */
+
+/* `devbuf_conformance --dtype ID --payload P...`: the checks for a namespace
+ * (a plugin's dtype_namespaces, or one registered in the process). The
+ * namespace's interpret is called directly, as the format engine does, so
+ * that what the engine would quietly refuse is named; the payloads are the
+ * author's (the suite cannot guess what a namespace understands). */
+enum { MAX_PAYLOADS = 64, DT_THREADS = 4, DT_ITERS = 200 };
+
+typedef struct dctx {
+  const char *id;
+  const char *payloads[MAX_PAYLOADS];
+  int npayloads;
+  const devbuf_dtype_namespace *ns;
+  const char *source;
+  devbuf_dtype_desc ref[MAX_PAYLOADS]; /* each payload's answer, filled by dt_open */
+  char why[1024];
+} dctx;
+
+static int dresult(dctx *d, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int dresult(dctx *d, int r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->why, sizeof d->why, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+#define DREQUIRE(cond, ...)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      char m_[768];                                                                          \
+      snprintf(m_, sizeof m_, __VA_ARGS__);                                                  \
+      return dresult(d, FAIL, "%s", m_);                                                     \
+    }                                                                                        \
+  } while (0)
+
+/* One raw call of the namespace's interpret, as the engine makes it. */
+static int dt_call(const dctx *d, const char *payload, size_t len, devbuf_dtype_desc *out,
+                   devbuf_error *err) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  out->elements_per_item = 1;
+  out->dlpack_code = -1;
+  devbuf_error_clear(err);
+  return d->ns->interpret(d->ns->ctx, payload, len, out, err);
+}
+
+static int printable(const char *s, size_t max) {
+  size_t i = 0;
+  for (; i < max && s[i]; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return 0;
+  return i < max;
+}
+
+/* Find the namespace and every payload's answer (in each check's process). */
+static int dt_open(dctx *d) {
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  doing(__LINE__, "devbuf_dtype_lookup (loads the plugins)");
+  int rc = devbuf_dtype_lookup(d->id, (size_t)-1, &d->ns, &d->source, &err);
+  if (rc != DEVBUF_OK)
+    return dresult(d, FAIL, "namespace '%s': %s: %s", d->id, devbuf_status_name(rc), err.message);
+  if (d->ns->interpret == NULL) return dresult(d, FAIL, "namespace '%s' has no interpret", d->id);
+  for (int i = 0; i < d->npayloads; i++) {
+    char what[160];
+    snprintf(what, sizeof what, "interpret(\"%.100s\")", d->payloads[i]);
+    doing(__LINE__, what);
+    rc = dt_call(d, d->payloads[i], strlen(d->payloads[i]), &d->ref[i], &err);
+    if (rc != DEVBUF_OK)
+      return dresult(d, FAIL, "[%s$%s]: interpret returned %s: %s (each --payload must be one the "
+                     "namespace understands)", d->id, d->payloads[i], devbuf_status_name(rc),
+                     err.message[0] ? err.message : "(no message)");
+  }
+  return PASS;
+}
+
+static int dt_check_namespace(dctx *d) {
+  const devbuf_dtype_namespace *ns = d->ns;
+  DREQUIRE(ns->struct_size >= sizeof *ns, "struct_size %u < %zu (devbuf_dtype_namespace)",
+           (unsigned)ns->struct_size, sizeof *ns);
+  DREQUIRE(ns->id && strcmp(ns->id, d->id) == 0, "the descriptor's id is '%s', not '%s'",
+           ns->id ? ns->id : "(NULL)", d->id);
+  DREQUIRE(ns->provider && ns->provider[0] && printable(ns->provider, 256),
+           "provider is NULL, empty or not printable (name the package that defines the ids)");
+  DREQUIRE(ns->description && printable(ns->description, 1024),
+           "description is NULL or not printable");
+  return dresult(d, PASS, "from %s, provider %s", d->source ? d->source : "?", ns->provider);
+}
+
+/* Each payload: the same answer twice, the same answer when the bytes after
+ * it are not a NUL (the engine passes [id$payload;...] in place), the
+ * engine's answer, and a canonical spelling that means the same. */
+static int dt_check_payloads(dctx *d) {
+  devbuf_error err;
+  devbuf_dtype_desc again;
+  for (int i = 0; i < d->npayloads; i++) {
+    const char *p = d->payloads[i];
+    size_t n = strlen(p);
+    const devbuf_dtype_desc *r = &d->ref[i];
+    doing(__LINE__, "interpret, a second time");
+    int rc = dt_call(d, p, n, &again, &err);
+    DREQUIRE(rc == DEVBUF_OK && memcmp(&again, r, sizeof again) == 0,
+             "[%s$%s]: a second interpret gave another answer (%s)", d->id, p,
+             devbuf_status_name(rc));
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s;%s$x]garbage", p, d->id);
+    doing(__LINE__, "interpret of the payload followed by other bytes");
+    rc = dt_call(d, buf, n, &again, &err);
+    DREQUIRE(rc == DEVBUF_OK && memcmp(&again, r, sizeof again) == 0,
+             "[%s$%s]: followed by ';...' the payload gave another answer (%s): interpret must "
+             "read exactly `len` bytes, the payload is not NUL-terminated", d->id, p,
+             devbuf_status_name(rc));
+    DREQUIRE(memchr(r->canonical, '\0', sizeof r->canonical) && printable(r->canonical, sizeof r->canonical),
+             "[%s$%s]: canonical is not a terminated printable string", d->id, p);
+    DREQUIRE(memchr(r->plain_format, '\0', sizeof r->plain_format),
+             "[%s$%s]: plain_format is not terminated", d->id, p);
+    if (r->canonical[0]) {
+      doing(__LINE__, "interpret of the canonical spelling");
+      rc = dt_call(d, r->canonical, strlen(r->canonical), &again, &err);
+      DREQUIRE(rc == DEVBUF_OK, "[%s$%s]: its canonical spelling '%s' is refused: %s: %s", d->id,
+               p, r->canonical, devbuf_status_name(rc), err.message);
+      DREQUIRE(again.itemsize == r->itemsize && again.alignment == r->alignment &&
+                   again.kind == r->kind && again.bits == r->bits &&
+                   again.elements_per_item == r->elements_per_item &&
+                   again.dlpack_code == r->dlpack_code && again.dlpack_bits == r->dlpack_bits,
+               "[%s$%s]: its canonical spelling '%s' means another type", d->id, p, r->canonical);
+    }
+    char fmt[600];
+    snprintf(fmt, sizeof fmt, "[%s$%s]", d->id, p);
+    uint64_t isz = 0, al = 0;
+    devbuf_error_clear(&err);
+    doing(__LINE__, "devbuf_format_itemsize of [id$payload]");
+    rc = devbuf_format_itemsize(fmt, strlen(fmt), 0, &isz, &al, NULL, &err);
+    DREQUIRE(rc == DEVBUF_OK && isz == r->itemsize,
+             "the format engine on %s: %s (itemsize %llu, the namespace says %u): %s", fmt,
+             devbuf_status_name(rc), (unsigned long long)isz, (unsigned)r->itemsize, err.message);
+  }
+  return dresult(d, PASS, "%d payload(s)", d->npayloads);
+}
+
+static int dt_check_layout(dctx *d) {
+  for (int i = 0; i < d->npayloads; i++) {
+    const devbuf_dtype_desc *r = &d->ref[i];
+    const char *p = d->payloads[i];
+    DREQUIRE(r->itemsize >= 1 && r->itemsize <= (1u << 30), "[%s$%s]: itemsize %u", d->id, p,
+             (unsigned)r->itemsize);
+    DREQUIRE(is_pow2(r->alignment) && r->alignment <= 4096,
+             "[%s$%s]: alignment %u is not a power of two <= 4096", d->id, p,
+             (unsigned)r->alignment);
+    DREQUIRE(r->itemsize % r->alignment == 0,
+             "[%s$%s]: itemsize %u is not a multiple of alignment %u (arrays of it misalign)",
+             d->id, p, (unsigned)r->itemsize, (unsigned)r->alignment);
+    DREQUIRE(r->kind <= DEVBUF_KIND_POINTER, "[%s$%s]: kind %u is not a devbuf_dtype_kind",
+             d->id, p, (unsigned)r->kind);
+    DREQUIRE(r->elements_per_item >= 1, "[%s$%s]: elements_per_item 0", d->id, p);
+    DREQUIRE((uint64_t)r->bits * r->elements_per_item <= (uint64_t)r->itemsize * 8,
+             "[%s$%s]: %u elements of %u bits do not fit in itemsize %u", d->id, p,
+             (unsigned)r->elements_per_item, (unsigned)r->bits, (unsigned)r->itemsize);
+    int dirty = 0;
+    for (size_t k = 0; k < sizeof r->reserved / sizeof r->reserved[0]; k++) dirty |= r->reserved[k] != 0;
+    DREQUIRE(!dirty, "[%s$%s]: reserved fields written", d->id, p);
+    if (r->plain_format[0]) {
+      uint64_t isz = 0, al = 0;
+      devbuf_error err;
+      devbuf_error_clear(&err);
+      int rc = devbuf_format_itemsize(r->plain_format, strlen(r->plain_format), 0, &isz, &al, NULL,
+                                      &err);
+      DREQUIRE(rc == DEVBUF_OK && isz == r->itemsize,
+               "[%s$%s]: plain_format '%s' has itemsize %llu (%s), not %u", d->id, p,
+               r->plain_format, (unsigned long long)isz, devbuf_status_name(rc),
+               (unsigned)r->itemsize);
+    }
+  }
+  return dresult(d, PASS, "%d payload(s)", d->npayloads);
+}
+
+/* The DLPack dtype a payload claims must describe the same bytes. */
+static int dt_check_dlpack(dctx *d) {
+  int with = 0;
+  for (int i = 0; i < d->npayloads; i++) {
+    const devbuf_dtype_desc *r = &d->ref[i];
+    const char *p = d->payloads[i];
+    if (r->dlpack_code < 0) continue;
+    with++;
+    DREQUIRE(r->dlpack_code <= DEVBUF_DLDT_FLOAT4_E2M1FN,
+             "[%s$%s]: dlpack_code %d is not a DLDataTypeCode", d->id, p, (int)r->dlpack_code);
+    uint64_t item_bits = (uint64_t)r->itemsize * 8,
+             dl = (uint64_t)r->dlpack_bits * r->elements_per_item;
+    DREQUIRE(r->dlpack_bits > 0 && dl <= item_bits && (r->dlpack_bits < 8 || dl == item_bits),
+             "[%s$%s]: DLPack %d bits x %u element(s) is %llu bits, the itemsize %u is %llu",
+             d->id, p, (int)r->dlpack_bits, (unsigned)r->elements_per_item,
+             (unsigned long long)dl, (unsigned)r->itemsize, (unsigned long long)item_bits);
+    int c = r->dlpack_code, k = (int)r->kind;
+    int agrees = (c == DEVBUF_DLDT_INT && k == DEVBUF_KIND_INT) ||
+                 (c == DEVBUF_DLDT_UINT && k == DEVBUF_KIND_UINT) ||
+                 (c == DEVBUF_DLDT_BOOL && k == DEVBUF_KIND_BOOL) ||
+                 (c == DEVBUF_DLDT_COMPLEX && k == DEVBUF_KIND_COMPLEX) ||
+                 (c == DEVBUF_DLDT_OPAQUE_HANDLE && (k == DEVBUF_KIND_OPAQUE || k == DEVBUF_KIND_POINTER)) ||
+                 ((c == DEVBUF_DLDT_FLOAT || c == DEVBUF_DLDT_BFLOAT || c >= DEVBUF_DLDT_FLOAT8_E3M4) &&
+                  k == DEVBUF_KIND_FLOAT);
+    DREQUIRE(agrees, "[%s$%s]: dlpack_code %d does not describe kind %d", d->id, p, c, k);
+  }
+  return dresult(d, PASS, "%d of %d payload(s) have a DLPack dtype", with, d->npayloads);
+}
+
+/* What no namespace understands: refused, with a message unless it is the
+ * engine's "try the next alternative" (DEVBUF_ENOTFOUND). */
+static int dt_check_malformed(dctx *d) {
+  static char longest[4097];
+  memset(longest, 'z', sizeof longest - 1);
+  const char *bad[] = {"", "?!?", "  ", longest};
+  const char *names[] = {"an empty payload", "\"?!?\"", "two spaces", "4096 bytes of 'z'"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    devbuf_dtype_desc out;
+    devbuf_error err;
+    doing(__LINE__, names[i]);
+    int rc = dt_call(d, bad[i], strlen(bad[i]), &out, &err);
+    DREQUIRE(rc != DEVBUF_OK, "[%s$...]: %s was accepted (itemsize %u): a payload the namespace "
+             "does not define must be refused with DEVBUF_ENOTFOUND", d->id, names[i],
+             (unsigned)out.itemsize);
+    DREQUIRE(rc == DEVBUF_ENOTFOUND || err.message[0],
+             "[%s$...]: %s refused with %s and no message", d->id, names[i],
+             devbuf_status_name(rc));
+  }
+  return dresult(d, PASS, "%zu malformed payloads refused", sizeof bad / sizeof bad[0]);
+}
+
+typedef struct dt_job {
+  dctx *d;
+  int id;
+  char why[256];
+} dt_job;
+
+static void *dt_thread(void *arg) {
+  dt_job *j = arg;
+  dctx *d = j->d;
+  for (int it = 0; it < DT_ITERS; it++)
+    for (int i = 0; i < d->npayloads; i++) {
+      devbuf_dtype_desc out;
+      devbuf_error err;
+      int rc = dt_call(d, d->payloads[i], strlen(d->payloads[i]), &out, &err);
+      if (rc != DEVBUF_OK || memcmp(&out, &d->ref[i], sizeof out) != 0) {
+        snprintf(j->why, sizeof j->why, "thread %d, iteration %d: [%s$%s] gave %s / another answer",
+                 j->id, it, d->id, d->payloads[i], devbuf_status_name(rc));
+        return NULL;
+      }
+      if (dt_call(d, "?!?", 3, &out, &err) == DEVBUF_OK) {
+        snprintf(j->why, sizeof j->why, "thread %d, iteration %d: '?!?' accepted", j->id, it);
+        return NULL;
+      }
+    }
+  return NULL;
+}
+
+static int dt_check_threads(dctx *d) {
+  pthread_t th[DT_THREADS];
+  dt_job jobs[DT_THREADS];
+  int started = 0;
+  doing(__LINE__, "4 threads interpreting every payload at once");
+  for (int i = 0; i < DT_THREADS; i++) {
+    jobs[i].d = d;
+    jobs[i].id = i;
+    jobs[i].why[0] = '\0';
+    if (pthread_create(&th[i], NULL, dt_thread, &jobs[i]) != 0) break;
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  DREQUIRE(started == DT_THREADS, "only %d of %d threads started", started, DT_THREADS);
+  for (int i = 0; i < DT_THREADS; i++) DREQUIRE(jobs[i].why[0] == '\0', "%s", jobs[i].why);
+  return dresult(d, PASS, "%d threads x %d rounds, the same answers", DT_THREADS, DT_ITERS);
+}
+
+typedef struct dcheck {
+  const char *name;
+  int (*fn)(dctx *);
+} dcheck;
+
+static const dcheck dchecks[] = {
+    {"dtype_namespace", dt_check_namespace}, {"dtype_payloads", dt_check_payloads},
+    {"dtype_layout", dt_check_layout},       {"dtype_dlpack", dt_check_dlpack},
+    {"dtype_malformed", dt_check_malformed}, {"dtype_threads", dt_check_threads},
+};
+enum { NDCHECKS = sizeof dchecks / sizeof dchecks[0] };
 
 /* ---- isolation: one child process per check ------------------------------------------- */
 
@@ -1148,6 +1438,34 @@ static int in_child(shared_result *r, double timeout_s, void (*body)(void *), vo
   return 0;
 }
 
+static void count_verdict(int v, int *passed, int *failed, int *skipped) {
+  if (v == PASS) (*passed)++;
+  else if (v == SKIP) (*skipped)++;
+  else (*failed)++;
+}
+
+/* Print the line of a check that ran in a child; its verdict. A crash, an
+ * abort, a hang or an exit before the end is that check's FAIL line, with
+ * what it was doing. */
+static int child_verdict(const char *name, shared_result *r, int timed_out, int wstatus,
+                         double timeout_s) {
+  char end[DOING_MAX];
+  describe_end(timed_out, wstatus, timeout_s, r, end, sizeof end);
+  if (end[0] && !r->done) {
+    printf("FAIL %s: %s, while doing %s (rerun alone under a debugger: --in-process --check "
+           "%s)\n",
+           name, end, r->doing[0] ? r->doing : "nothing yet", name);
+    return FAIL;
+  }
+  int v = r->verdict;
+  if (end[0] && v != FAIL) {
+    v = FAIL;
+    snprintf(r->why, sizeof r->why, "%s", end);
+  }
+  print_result(name, v, r->why);
+  return v;
+}
+
 typedef struct child_job {
   ctx *c;
   const char *spec;
@@ -1190,7 +1508,7 @@ static int run_isolated(ctx *c, const char *spec, int allow_no_device, double ti
   }
   child_job job = {c, spec, allow_no_device, -1, r};
   int wstatus, timed_out;
-  char end[512];
+  char end[DOING_MAX];
   /* The device is opened in a child too: the parent never starts a driver
    * (a CUDA context does not survive fork) and survives one that crashes. */
   if (in_child(r, timeout_s, open_body, &job, &wstatus, &timed_out) != 0) {
@@ -1247,31 +1565,14 @@ static int run_isolated(ctx *c, const char *spec, int allow_no_device, double ti
       continue;
     }
     nran++;
-    describe_end(timed_out, wstatus, timeout_s, r, end, sizeof end);
-    int v = r->done ? r->verdict : FAIL;
-    if (end[0] && !r->done) {
-      /* A crash, an abort, a hang: the check's FAIL line says which, and
-       * where it was. */
-      printf("FAIL %s: %s, while doing %s (rerun alone under a debugger: --in-process --check "
-             "%s)\n",
-             checks[k].name, end, r->doing[0] ? r->doing : "nothing yet", checks[k].name);
-      failed++;
-      continue;
-    }
-    if (end[0] && v != FAIL) {
-      v = FAIL;
-      snprintf(r->why, sizeof r->why, "%s", end);
-    }
-    if (r->leak[0]) {
+    int v = child_verdict(checks[k].name, r, timed_out, wstatus, timeout_s);
+    if (r->done && r->leak[0]) {
       size_t used = strlen(leaks);
       snprintf(leaks + used, sizeof leaks - used, "%s%s (%s)", nleaks ? "; " : "",
                checks[k].name, r->leak);
       nleaks++;
     }
-    print_result(checks[k].name, v, r->why);
-    if (v == PASS) passed++;
-    else if (v == SKIP) skipped++;
-    else failed++;
+    count_verdict(v, &passed, &failed, &skipped);
   }
   printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   munmap(r, sizeof *r);
@@ -1301,25 +1602,101 @@ static int run_in_process(ctx *c, const char *spec, int allow_no_device, const c
     }
     int r = run_check(c, k);
     print_result(checks[k].name, r, c->why);
-    if (r == PASS) passed++;
-    else if (r == SKIP) skipped++;
-    else failed++;
+    count_verdict(r, &passed, &failed, &skipped);
   }
   printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }
 
+typedef struct dt_child {
+  dctx *d;
+  int k;
+  shared_result *r;
+} dt_child;
+
+static int dt_run_one(dctx *d, int k) {
+  d->why[0] = '\0';
+  int v = dt_open(d);
+  if (v != PASS) return v;
+  d->why[0] = '\0';
+  return dchecks[k].fn(d);
+}
+
+static void dt_body(void *arg) {
+  dt_child *j = arg;
+  j->r->verdict = dt_run_one(j->d, j->k);
+  snprintf(j->r->why, sizeof j->r->why, "%s", j->d->why);
+}
+
+/* The dtype checks, isolated like the device checks or in this process. */
+static int run_dtype(dctx *d, int in_process, double timeout_s, const char *const *only,
+                     int nonly) {
+  int passed = 0, failed = 0, skipped = 0;
+  shared_result *r = NULL;
+  if (!in_process) {
+    r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+      printf("FAIL dtype: cannot map memory shared with the check processes: %s (try "
+             "--in-process)\n", strerror(errno));
+      printf("0 passed, 1 failed, %d skipped\n", NDCHECKS);
+      return 1;
+    }
+  }
+  for (int k = 0; k < NDCHECKS; k++) {
+    int selected = nonly == 0;
+    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], dchecks[k].name) == 0;
+    if (!selected) {
+      skipped++;
+      printf("SKIP %s: not selected\n", dchecks[k].name);
+      continue;
+    }
+    if (in_process) {
+      int v = dt_run_one(d, k);
+      print_result(dchecks[k].name, v, d->why);
+      count_verdict(v, &passed, &failed, &skipped);
+      continue;
+    }
+    dt_child job = {d, k, r};
+    int wstatus, timed_out;
+    if (in_child(r, timeout_s, dt_body, &job, &wstatus, &timed_out) != 0) {
+      printf("FAIL %s: fork: %s (try --in-process)\n", dchecks[k].name, strerror(errno));
+      failed++;
+      continue;
+    }
+    count_verdict(child_verdict(dchecks[k].name, r, timed_out, wstatus, timeout_s), &passed,
+                  &failed, &skipped);
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  if (r) munmap(r, sizeof *r);
+  return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-  int allow_no_device = 0, in_process = 0;
+  int allow_no_device = 0, in_process = 0, list = 0, dtype = 0;
   double timeout_s = DEFAULT_TIMEOUT_S;
   const char *spec = NULL;
-  const char *only[NCHECKS];
+  const char *only[NCHECKS + NDCHECKS];
   int nonly = 0;
+  static dctx dx; /* large: keep it off the stack */
+  dctx *d = &dx;
+  memset(d, 0, sizeof *d);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--allow-no-device") == 0) {
       allow_no_device = 1;
     } else if (strcmp(argv[i], "--in-process") == 0) {
       in_process = 1;
+    } else if (strcmp(argv[i], "--dtype") == 0) {
+      dtype = 1;
+    } else if (strcmp(argv[i], "--payload") == 0 && i + 1 < argc) {
+      if (d->npayloads == MAX_PAYLOADS) {
+        fprintf(stderr, "%s: more than %d --payload\n", argv[0], MAX_PAYLOADS);
+        return 2;
+      }
+      if (strlen(argv[i + 1]) > 256) {
+        fprintf(stderr, "%s: --payload longer than 256 bytes\n", argv[0]);
+        return 2;
+      }
+      d->payloads[d->npayloads++] = argv[++i];
     } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
       char *end = NULL;
       timeout_s = strtod(argv[++i], &end);
@@ -1329,13 +1706,10 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else if (strcmp(argv[i], "--list") == 0) {
-      for (int k = 0; k < NCHECKS; k++) printf("%s\n", checks[k].name);
-      return 0;
+      list = 1;
     } else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
-      int known = 0;
-      for (int k = 0; k < NCHECKS; k++) known |= strcmp(checks[k].name, argv[i + 1]) == 0;
-      if (!known || nonly == NCHECKS) {
-        fprintf(stderr, "%s: unknown check '%s' (see --list)\n", argv[0], argv[i + 1]);
+      if (nonly == NCHECKS + NDCHECKS) {
+        fprintf(stderr, "%s: too many --check\n", argv[0]);
         return 2;
       }
       only[nonly++] = argv[++i];
@@ -1349,17 +1723,45 @@ int main(int argc, char **argv) {
       spec = argv[i];
     }
   }
-  if (spec == NULL) {
+  if (list) {
+    if (dtype)
+      for (int k = 0; k < NDCHECKS; k++) printf("%s\n", dchecks[k].name);
+    else
+      for (int k = 0; k < NCHECKS; k++) printf("%s\n", checks[k].name);
+    return 0;
+  }
+  for (int j = 0; j < nonly; j++) {
+    int known = 0;
+    if (dtype)
+      for (int k = 0; k < NDCHECKS; k++) known |= strcmp(dchecks[k].name, only[j]) == 0;
+    else
+      for (int k = 0; k < NCHECKS; k++) known |= strcmp(checks[k].name, only[j]) == 0;
+    if (!known) {
+      fprintf(stderr, "%s: unknown check '%s' (see %s--list)\n", argv[0], only[j],
+              dtype ? "--dtype " : "");
+      return 2;
+    }
+  }
+  if (spec == NULL || (dtype && d->npayloads == 0) || (!dtype && d->npayloads)) {
+    if (dtype && spec != NULL)
+      fprintf(stderr, "%s: --dtype %s: give at least one --payload PAYLOAD that the namespace "
+              "understands\n", argv[0], spec);
     usage(stderr, argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
+  g_doing = NULL;
+  if (dtype) {
+    d->id = spec;
+    printf("# devbuf %s conformance: dtype namespace %s, %d payload(s)%s\n", devbuf_version(), spec,
+           d->npayloads, in_process ? " (in this process)" : "");
+    return run_dtype(d, in_process, timeout_s, only, nonly);
+  }
 
   static ctx cx; /* large: keep it off the stack */
   ctx *c = &cx;
   memset(c, 0, sizeof *c); /* runs repeat in one process (devbuf.plugin) */
   c->spec = spec;
-  g_doing = NULL;
   printf("# devbuf %s conformance: %s%s\n", devbuf_version(), spec,
          in_process ? " (in this process)" : "");
   if (in_process) return run_in_process(c, spec, allow_no_device, only, nonly);

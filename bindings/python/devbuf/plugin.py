@@ -64,6 +64,7 @@ __all__ = [
     "check_signature",
     "address_of",
     "run_conformance",
+    "run_dtype_conformance",
     "SLOTS",
     "MANDATORY_SLOTS",
     "OPTIONAL_SLOTS",
@@ -486,6 +487,30 @@ def run_conformance(identifier: str, checks: Sequence[str] = (), *,
     for c in checks:
         args += ["--check", c]
     args.append(identifier)
+    rc, out = _pyplugin.run_conformance(args)
+    return ConformanceResult(rc, out)
+
+
+def run_dtype_conformance(namespace: str, payloads: Sequence[str], checks: Sequence[str] = (),
+                          *, isolate: bool = False,
+                          timeout: Optional[float] = None) -> ConformanceResult:
+    """The suite's dtype-namespace checks (``devbuf_conformance --dtype``) on
+    ``namespace`` (registered here, built in, or a loaded plugin's) with
+    ``payloads`` it understands: parsing, itemsize and alignment, the DLPack
+    dtype, refusal of malformed payloads, and interpretation from several
+    threads at once. ``isolate`` and ``timeout`` as for run_conformance."""
+    if not payloads:
+        raise ValueError("give at least one payload the namespace understands")
+    args: List[str] = ["--dtype"]
+    if not isolate:
+        args.append("--in-process")
+    elif timeout is not None:
+        args += ["--timeout", repr(float(timeout))]
+    for c in checks:
+        args += ["--check", c]
+    for p in payloads:
+        args += ["--payload", p]
+    args.append(namespace)
     rc, out = _pyplugin.run_conformance(args)
     return ConformanceResult(rc, out)
 
