@@ -1416,8 +1416,11 @@ static int in_child(shared_result *r, double timeout_s, void (*body)(void *), vo
     CHILD_EXIT(0);
   }
   close(fds[1]);
-  /* The pipe's write end closes when the child's process is gone. */
+  /* The pipe's write end closes when the child's process is gone, which
+   * wakes the wait at once. A process the plugin started may hold it open
+   * longer: every 50 ms the child itself is asked for too. */
   double deadline = now_s() + timeout_s;
+  int reaped = 0;
   for (;;) {
     double left = deadline - now_s();
     if (left <= 0) {
@@ -1427,14 +1430,18 @@ static int in_child(shared_result *r, double timeout_s, void (*body)(void *), vo
       break;
     }
     struct pollfd pf = {.fd = fds[0], .events = POLLIN};
-    int n = poll(&pf, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
+    int n = poll(&pf, 1, left > 0.05 ? 50 : (int)(left * 1000) + 1);
     if (n < 0 && errno == EINTR) continue;
-    if (n != 0) break; /* hang-up: the child is gone, or about to be */
+    if (n > 0) break; /* hang-up: the child is gone, or about to be */
+    if (waitpid(pid, wstatus, WNOHANG) == pid) {
+      reaped = 1;
+      break;
+    }
   }
   close(fds[0]);
-  while (waitpid(pid, wstatus, 0) < 0 && errno == EINTR) {
+  while (!reaped && waitpid(pid, wstatus, 0) < 0 && errno == EINTR) {
   }
-  if (*timed_out) kill(-pid, SIGKILL); /* anything left in its group */
+  if (*timed_out) kill(-pid, SIGKILL); /* anything the plugin started, in its group */
   return 0;
 }
 
