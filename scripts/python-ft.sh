@@ -6,7 +6,10 @@
 #   FT_TSAN=1 scripts/python-ft.sh  also build a ThreadSanitizer interpreter
 #                                   and run the stress suite on it with devbuf
 #                                   built with -fsanitize=thread
-#   FT_STEPS="build"                only some steps: build venv devbuf tests tsan
+#   FT_BENCH=1 scripts/python-ft.sh also build the default (GIL) interpreter of
+#                                   the same source and run
+#                                   benchmarks/freethreading/bench_ft.py on both
+#   FT_STEPS="build"                only some steps: build venv devbuf tests tsan bench
 #   FT_JOBS=2                       make -j (default: nproc)
 #
 # Source: `apt-get source python3.13` from Debian trixie (3.13.15-1 here)
@@ -35,9 +38,11 @@ OUT="${FT_DIR:-$ROOT/build-ft}"
 JOBS="${FT_JOBS:-$(nproc)}"
 STEPS="${FT_STEPS:-build venv devbuf tests}"
 [ "${FT_TSAN:-0}" = 1 ] && STEPS="$STEPS tsan"
+[ "${FT_BENCH:-0}" = 1 ] && STEPS="$STEPS bench"
 HOSTPY="$ROOT/.venv/bin/python"
 FT_PIP=25.0.1  # bootstraps the 3.13t venv (see make_venv)
-CONFIGURE_FLAGS=(--disable-gil --without-ensurepip --with-system-expat)
+COMMON_FLAGS=(--without-ensurepip --with-system-expat)
+CONFIGURE_FLAGS=(--disable-gil "${COMMON_FLAGS[@]}")
 # TSan: as CPython's own CI (Tools/tsan/): no mimalloc under TSan is not
 # needed on 3.13t, but pymalloc-free builds keep reports readable.
 TSAN_FLAGS=(--with-thread-sanitizer)
@@ -70,15 +75,19 @@ fetch_source() {
   ls -d "$OUT"/src/python3.13-*/ >/dev/null 2>&1
 }
 
-# $1 = t | tsan: configure, make, make altinstall into prefix-$1.
+# The interpreter of variant $1 (t, tsan: free-threaded; d: the default build).
+interp_of() { if [ "$1" = d ]; then echo "$OUT/prefix-d/bin/python3.13"; else echo "$OUT/prefix-$1/bin/python3.13t"; fi; }
+
+# $1 = t | tsan | d: configure, make, make altinstall into prefix-$1.
 build_interp() {
   local v="$1" src tree prefix stamp want flags
   src="$(ls -d "$OUT"/src/python3.13-*/ | head -1)"
   tree="$OUT/tree-$v" prefix="$OUT/prefix-$v" stamp="$OUT/prefix-$v/.devbuf-stamp"
   flags=("${CONFIGURE_FLAGS[@]}")
   [ "$v" = tsan ] && flags+=("${TSAN_FLAGS[@]}")
+  [ "$v" = d ] && flags=("${COMMON_FLAGS[@]}")
   want="$(printf '%s ' "${flags[@]}" "$src" | sha256sum | cut -c1-16)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$prefix/bin/python3.13t" ]; then
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$(interp_of "$v")" ]; then
     echo "== $v: cached ($want)"; return 0
   fi
   echo "== $v: configure ${flags[*]} && make -j$JOBS && make altinstall"
@@ -88,7 +97,8 @@ build_interp() {
   # build it as a core module, as cpython-reference.sh does for 3.11.
   printf '*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat\n' >"$tree/Modules/Setup.local"
   local cc=()
-  [ "$v" = tsan ] && cc=(CC=clang CXX=clang++)
+  # LDFLAGS too: this configure adds -fsanitize=thread to the compile flags only.
+  [ "$v" = tsan ] && cc=(CC=clang CXX=clang++ LDFLAGS=-fsanitize=thread)
   (cd "$tree" && env "${cc[@]}" ./configure --prefix="$prefix" "${flags[@]}" >config.devbuf.log 2>&1) ||
     { tail -30 "$tree/config.devbuf.log"; return 1; }
   (cd "$tree" && make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
@@ -98,14 +108,15 @@ build_interp() {
 
 # $1 = t | tsan: a venv over prefix-$1 with requirements-ft.txt.
 make_venv() {
-  local v="$1" venv="$OUT/venv-$1" py="$OUT/prefix-$1/bin/python3.13t" want
+  local v="$1" venv="$OUT/venv-$1" py want
+  py="$(interp_of "$v")"
   want="$( (cat "$ROOT/requirements-ft.txt"; readlink -f "$py"; cat "$OUT/prefix-$v/.devbuf-stamp") | sha256sum | cut -c1-16)"
   if [ "$(cat "$venv/.devbuf-stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
   rm -rf "$venv"
   "$py" -m venv --without-pip "$venv" || return 1
   # Debian's site.py looks in lib/python3.13/site-packages of a venv, while
   # sysconfig (pip) installs into lib/python3.13t/: make them one folder.
-  [ -e "$venv/lib/python3.13" ] || ln -s python3.13t "$venv/lib/python3.13"
+  [ "$v" = d ] || [ -e "$venv/lib/python3.13" ] || ln -s python3.13t "$venv/lib/python3.13"
   # Debian's source ships no bundled pip wheel for ensurepip, and the
   # project's pip (23.0) cannot run on 3.13: fetch a newer pip wheel with it
   # and bootstrap from that wheel; then wheels only, never a source build.
@@ -195,6 +206,23 @@ if has_step tsan; then
       fi
     else fail "build devbuf -fsanitize=thread"; fi
   else fail "build CPython 3.13t with ThreadSanitizer (see $OUT/tree-tsan/*.devbuf.log)"; fi
+fi
+if has_step bench; then
+  t=$(date +%s)
+  if build_interp d && make_venv d && build_devbuf "$OUT/venv-d" "$OUT/build-d"; then
+    pass "build CPython 3.13 (default, same source) and devbuf for it ($(( $(date +%s) - t ))s)"
+    for v in d t; do
+      # PYTHON_GIL=0 only where it means something (the default build refuses it).
+      gil=(); [ "$v" = t ] && gil=(PYTHON_GIL=0)
+      env "${gil[@]}" PYTHONPATH="$OUT/build-$v/python:$OUT/build-$v/python_tests" \
+        "$OUT/venv-$v/bin/python" "$ROOT/benchmarks/freethreading/bench_ft.py" --json >"$OUT/bench-$v.json" ||
+        { fail "bench_ft.py on $v"; finish; }
+    done
+    if "$HOSTPY" "$ROOT/benchmarks/freethreading/ft_table.py" "$OUT/bench-d.json" "$OUT/bench-t.json" |
+        tee "$OUT/bench.md"; then
+      pass "benchmarks (table in $OUT/bench.md)"
+    else fail "benchmark table"; fi
+  else fail "build CPython 3.13 (default) for the benchmarks"; fi
 fi
 echo "total: $(( $(date +%s) - T0 ))s"
 finish

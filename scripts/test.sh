@@ -41,6 +41,13 @@ PY
   # pyenv's 3.9-3.13, venvs and builds cached under build-matrix/.
   step "CPython matrix (3.9-3.13, fast subset)"
   scripts/test-matrix.sh || status=1
+
+  # Free-threaded CPython 3.13t (issue 29): built from Debian trixie's
+  # python3.13 source (cached under build-ft/; a first run adds about 8
+  # minutes on 2 cores), then devbuf's whole suite and the stress suite with
+  # the GIL off, and a check that importing devbuf leaves it off.
+  step "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)"
+  scripts/python-ft.sh || status=1
 fi
 
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
