@@ -54,26 +54,9 @@ finish() { echo "python-ft: $PASSED passed, $FAILED failed"; exit $((FAILED > 0)
 has_step() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 
-fetch_source() {
-  local apt="$OUT/apt" mirror
-  if ls -d "$OUT"/src/python3.13-*/ >/dev/null 2>&1; then return 0; fi
-  mirror="$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' |
-    grep -v security | head -1)"
-  [ -n "$mirror" ] || mirror="$(grep -h '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-    awk '{print $2}' | grep debian | grep -v security | head -1)"
-  [ -n "$mirror" ] || mirror="http://deb.debian.org/debian"
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$OUT/src"
-  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" >"$apt/sources.list"
-  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "Debug::NoLocking=1"
-    -o "APT::Sandbox::User=$(id -un)")
-  echo "== apt-get update (private lists in $apt, trixie deb-src)"
-  apt-get "${opts[@]}" update >"$apt/update.log" 2>&1 || { cat "$apt/update.log"; return 1; }
-  echo "== apt-get source python3.13"
-  (cd "$OUT/src" && apt-get "${opts[@]}" source python3.13 >"$apt/source.log" 2>&1) ||
-    { tail -20 "$apt/source.log"; return 1; }
-  ls -d "$OUT"/src/python3.13-*/ >/dev/null 2>&1
-}
+# shellcheck source=scripts/debian-source.sh
+. "$ROOT/scripts/debian-source.sh"
+fetch_source() { debian_source python3.13 trixie "$OUT"; }
 
 # The interpreter of variant $1 (t, tsan: free-threaded; d: the default build).
 interp_of() { if [ "$1" = d ]; then echo "$OUT/prefix-d/bin/python3.13"; else echo "$OUT/prefix-$1/bin/python3.13t"; fi; }
