@@ -56,6 +56,7 @@ def bench_list(build, quick, tmp):
 # they are with a note saying where they come from.
 EXTERNAL = {
     "The device extension inside CPython (issue 25)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
+    "Free-threaded CPython (issue 29)": "FT_BENCH=1 FT_STEPS=bench scripts/python-ft.sh",
 }
 
 
