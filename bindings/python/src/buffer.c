@@ -186,6 +186,17 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     return NULL;
   }
   self->nbytes = (size_t)(items * itemsize);
+  /* Strided copies and exports do their byte arithmetic in Py_ssize_t with
+   * room for a sign and an offset: no buffer is larger than half of it. Say
+   * so as the size it is, not as a stride overflow. */
+  if (self->nbytes > (size_t)(PY_SSIZE_T_MAX / 2)) {
+    PyErr_Format(PyExc_MemoryError,
+                 "devbuf.DeviceBuffer: %zu bytes (%zd items of %zd bytes) is more than one "
+                 "buffer can hold: at most %zd bytes",
+                 self->nbytes, items, itemsize, PY_SSIZE_T_MAX / 2);
+    Py_DECREF(self);
+    return NULL;
+  }
   if (dbp_layout_check("devbuf.DeviceBuffer", format, itemsize, ndim, shape, self->strides,
                        (Py_ssize_t)self->nbytes, (Py_ssize_t)self->nbytes, DBP_LAYOUT_OWN) < 0) {
     Py_DECREF(self);
@@ -202,8 +213,10 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     size_t n = (self->nbytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
     ptr = aligned_alloc(HOST_ALIGN, n ? n : HOST_ALIGN);
     if (ptr == NULL) {
+      PyErr_Format(PyExc_MemoryError, "devbuf.DeviceBuffer: cannot allocate %zu bytes of host memory",
+                   self->nbytes);
       Py_DECREF(self);
-      return (DbpBuffer *)PyErr_NoMemory();
+      return NULL;
     }
   } else {
     devbuf_error err;

@@ -206,11 +206,16 @@ static int foreign_prepare_device(DbpForeign *f) {
   return 0;
 }
 
+static const char *kind_name(int k);
+
 static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
   const devbuf_dlpack_desc *d = &f->desc;
   int readonly = (d->flags & DEVBUF_DLPACK_READONLY) != 0;
   if ((flags & PyBUF_WRITABLE) && readonly) {
-    PyErr_SetString(PyExc_BufferError, "devbuf.ForeignArray: the producer marked it read-only");
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.ForeignArray: the producer (%.100s, through %s) marked it read-only, "
+                 "so a writable request is refused",
+                 f->source ? Py_TYPE(f->source)->tp_name : "unknown", kind_name(f->kind));
     return -1;
   }
   /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
@@ -762,6 +767,46 @@ static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
   return 0;
 }
 
+/* NumPy's datetime64 / timedelta64 typestr ('<M8[D]', '<m8[10s]') as
+ * devbuf's "[devbuf$datetime64(D)]" / "[devbuf$timedelta64(10s)]": 8-byte
+ * signed counts of the unit since the epoch, NaT the smallest int64. Any
+ * unit NumPy has, multiples included; the format engine checks the unit
+ * when the ForeignArray is described. 1 if mapped, 0 if not a time kind,
+ * -1 with BufferError. */
+static int time_format(PyObject *ts, char *fmt, size_t cap) {
+  const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
+  if (s == NULL) {
+    PyErr_Clear();
+    return 0; /* typestr_to_format says what is wrong with it */
+  }
+  if (s[0] == '\0' || (s[1] != 'M' && s[1] != 'm')) return 0;
+  const char *base = s[1] == 'M' ? "datetime64" : "timedelta64";
+  const uint16_t one = 1;
+  char native = *(const unsigned char *)&one == 1 ? '<' : '>';
+  size_t n = strlen(s);
+  if (s[2] != '8' || (s[3] != '\0' && s[3] != '[') || (s[3] == '[' && s[n - 1] != ']')) {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' is not a NumPy %s typestr (e.g. '<%c8[ns]')", s,
+                 base, s[1]);
+    return -1;
+  }
+  if (s[3] == '\0' || n == 5) {
+    PyErr_Format(PyExc_BufferError,
+                 "typestr '%s' is a %s without a unit (NumPy's generic unit): give the array "
+                 "one first, e.g. .astype('%c8[s]')",
+                 s, base, s[1]);
+    return -1;
+  }
+  if (s[0] != native && s[0] != '=' && s[0] != '|') {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' is not in native byte order", s);
+    return -1;
+  }
+  if ((size_t)snprintf(fmt, cap, "[devbuf$%s(%.*s)]", base, (int)(n - 5), s + 4) >= cap) {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' has a unit too long for a devbuf format", s);
+    return -1;
+  }
+  return 1;
+}
+
 /* getattr(o, name, None) as a new reference; NULL with an exception only
  * for errors other than AttributeError. *out NULL when absent. */
 static int optional_attr(PyObject *o, const char *name, PyObject **out) {
@@ -839,10 +884,14 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
                  DEVBUF_DLPACK_MAX_NDIM);
     return NULL;
   }
-  char fmt[64];
+  char fmt[64], time_fmt[DEVBUF_DLPACK_FORMAT_MAX];
   int ml = ml_dtypes_format(obj, fmt, sizeof fmt);
   if (ml < 0) return NULL;
-  if (ml == 0 && typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
+  int tm = ml == 0 ? time_format(typestr, time_fmt, sizeof time_fmt) : 0;
+  if (tm < 0) return NULL;
+  /* A time type is stored as int64: described as one, then given its format. */
+  if (tm) snprintf(fmt, sizeof fmt, "q");
+  if (ml == 0 && !tm && typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
   DLTensor t;
   memset(&t, 0, sizeof t);
   devbuf_error err;
@@ -875,6 +924,11 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
   t.ndim = (int32_t)nd;
   int64_t sh[DEVBUF_DLPACK_MAX_NDIM], st[DEVBUF_DLPACK_MAX_NDIM];
   for (Py_ssize_t i = 0; i < nd; i++) {
+    /* As NumPy: a bool is not a dimension (True would read as 1). */
+    if (PyBool_Check(PyTuple_GET_ITEM(shape, i))) {
+      PyErr_Format(PyExc_TypeError, "%s 'shape'[%zd] must be an int, not bool", what, i);
+      return NULL;
+    }
     sh[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
     if (sh[i] == -1 && PyErr_Occurred()) return NULL;
   }
@@ -915,6 +969,15 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
     Py_DECREF(f);
     return NULL;
   }
+  if (tm) {
+    /* Checked as any format (the unit by devbuf's namespace, 8 bytes). */
+    memcpy(f->desc.format, time_fmt, sizeof time_fmt);
+    f->format_only = 1;
+    if (check_desc(&f->desc, what) < 0) {
+      Py_DECREF(f);
+      return NULL;
+    }
+  }
   if (stream != NULL && stream != Py_None) {
     /* CAI v3: the data is produced on `stream`; the consumer must wait for
      * it. 0 is disallowed, 1 is the legacy and 2 the per-thread default. */
@@ -939,14 +1002,51 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
 
 /* ---- entry points ---------------------------------------------------------------------- */
 
+int dbp_route_note(PyObject **notes, const char *route) {
+  PyObject *t, *e, *tb;
+  PyErr_Fetch(&t, &e, &tb);
+  if (t == NULL) return 0;
+  PyErr_NormalizeException(&t, &e, &tb);
+  PyObject *line = PyUnicode_FromFormat("%s: %s: %S", route, ((PyTypeObject *)t)->tp_name,
+                                        e ? e : Py_None);
+  Py_XDECREF(t);
+  Py_XDECREF(e);
+  Py_XDECREF(tb);
+  if (line == NULL) return -1;
+  if (*notes == NULL && (*notes = PyList_New(0)) == NULL) {
+    Py_DECREF(line);
+    return -1;
+  }
+  int rc = PyList_Append(*notes, line);
+  Py_DECREF(line);
+  return rc;
+}
+
+void dbp_route_raise(PyObject *type, PyObject *notes, PyObject *obj) {
+  PyObject *sep = PyUnicode_FromString("; ");
+  PyObject *joined = sep ? PyUnicode_Join(sep, notes) : NULL;
+  Py_XDECREF(sep);
+  if (joined == NULL) return;
+  PyErr_Format(type, "devbuf cannot import %.100s by any route it speaks (%S)",
+               Py_TYPE(obj)->tp_name, joined);
+  Py_DECREF(joined);
+}
+
 PyObject *dbp_interop_exporter(PyObject *obj) {
+  return dbp_interop_exporter_noted(obj, NULL);
+}
+
+PyObject *dbp_interop_exporter_noted(PyObject *obj, PyObject **notes_out) {
   const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
   if (api != NULL) return (PyObject *)import_exchange(obj, api);
   if (PyErr_Occurred()) return NULL;
   /* Each protocol the object speaks, in order; one that cannot describe
    * the data (BufferError: NumPy's __dlpack__ for an ml_dtypes array) hands
-   * over to the next, and the first error is reported if none can. */
-  PyObject *t = NULL, *e = NULL, *tb = NULL, *f = NULL;
+   * over to the next. If none can, every route's reason is reported (into
+   * *notes_out when the caller collects them, else raised here). */
+  static const char *const route[3] = {"__dlpack__", "__cuda_array_interface__",
+                                       "__array_interface__"};
+  PyObject *notes = notes_out && *notes_out ? *notes_out : NULL, *f = NULL;
   for (int step = 0; step < 3 && f == NULL; step++) {
     PyObject *d = NULL;
     if (step == 0) {
@@ -969,24 +1069,17 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
     }
     if (f == NULL) {
       if (!PyErr_ExceptionMatches(PyExc_BufferError)) break;
-      if (t == NULL) PyErr_Fetch(&t, &e, &tb);
-      else PyErr_Clear();
+      if (dbp_route_note(&notes, route[step]) < 0) break;
     }
   }
-  if (f != NULL) {
-    Py_XDECREF(t);
-    Py_XDECREF(e);
-    Py_XDECREF(tb);
-  } else if (t != NULL) {
-    if (PyErr_Occurred()) { /* a later hard error wins */
-      Py_DECREF(t);
-      Py_XDECREF(e);
-      Py_XDECREF(tb);
-    } else {
-      PyErr_Restore(t, e, tb);
-    }
+  if (notes_out != NULL) {
+    *notes_out = notes;
+  } else {
+    if (f == NULL && notes != NULL && !PyErr_Occurred()) /* a hard error wins */
+      dbp_route_raise(PyExc_BufferError, notes, obj);
+    Py_XDECREF(notes);
   }
-  return f; /* NULL without an exception: speaks none of them */
+  return f; /* NULL without an exception: speaks none of them (or notes hold why) */
 }
 
 /* The device a from_dlpack() result must end up on: *id NULL when any. */

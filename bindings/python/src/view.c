@@ -66,7 +66,7 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   memset(&v->ledger, 0, sizeof v->ledger);
   /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
    * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
-  PyObject *foreign = NULL;
+  PyObject *foreign = NULL, *producer = obj;
   if (!PyObject_CheckBuffer(obj)) {
     /* Arrow before __dlpack__: its capsule carries the producer's
      * sync_event and the custom-dtype extension, which DLPack of the same
@@ -85,25 +85,50 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     /* An exporter that cannot describe its data in a format string (NumPy
      * with ml_dtypes' bfloat16) may still say it through DLPack or the
      * array interface; if not, its own error stands. */
-    PyObject *t, *e, *tb;
+    PyObject *t, *e, *tb, *notes = NULL;
     PyErr_Fetch(&t, &e, &tb);
     if (foreign == NULL && (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
                             PyErr_GivenExceptionMatches(t, PyExc_BufferError)))
-      foreign = dbp_interop_exporter(obj);
+      foreign = dbp_interop_exporter_noted(obj, &notes);
     if (foreign != NULL && DevbufPy_GetBufferEx(foreign, &v->buf, VIEW_FLAGS | flags) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);
+      Py_XDECREF(notes);
       goto got;
     }
     PyErr_Clear();
-    PyErr_Restore(t, e, tb);
+    if (notes != NULL) {
+      /* Every route failed: say what each one said (a NumPy structured
+       * array with a datetime64 field has no buffer format, no DLPack code
+       * and no array-interface typestr), in the buffer protocol's type. */
+      PyObject *type = Py_NewRef(t), *all = NULL;
+      PyErr_Restore(t, e, tb);
+      if (dbp_route_note(&all, "buffer protocol") == 0 && PyList_SetSlice(all, 1, 1, notes) == 0)
+        dbp_route_raise(type, all, obj);
+      Py_XDECREF(all);
+      Py_DECREF(type);
+      Py_DECREF(notes);
+    } else {
+      PyErr_Restore(t, e, tb);
+    }
     Py_XDECREF(foreign);
     Py_DECREF(v);
     return NULL;
   }
 got:
   Py_XDECREF(foreign); /* the export holds it */
+  /* A writable request answered read-only (a read-only pyarrow Tensor
+   * does): whatever getbuffer returned, the producer said no. */
+  if ((flags & PyBUF_WRITABLE) && v->buf.view.readonly) {
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.view(writable=True): %.100s answered the writable request with a "
+                 "read-only buffer; ask for a read-only view, or make the producer writable",
+                 Py_TYPE(producer)->tp_name);
+    DevbufPy_BufferRelease(&v->buf);
+    Py_DECREF(v);
+    return NULL;
+  }
   /* The producer's description must be self-consistent before devbuf
    * re-exports or copies it (issue 20); its memory size is its own word.
    * A ForeignArray passed this same check on the same immutable description
