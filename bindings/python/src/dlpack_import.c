@@ -825,7 +825,8 @@ static int ml_dtypes_format(PyObject *obj, char *fmt, size_t cap) {
   static const char *const names[] = {
       "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
       "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn",
-      "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"};
+      "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4", "int2", "uint2", "int1", "uint1",
+      "complex32", "bcomplex32"};
   int found = 0, rc = -1;
   PyObject *dtype = NULL, *type = NULL, *mod = NULL, *name = NULL;
   if (optional_attr(obj, "dtype", &dtype) < 0) goto out;
@@ -840,6 +841,16 @@ static int ml_dtypes_format(PyObject *obj, char *fmt, size_t cap) {
       snprintf(fmt, cap, "[devbuf$%s]", n);
       found = 1;
     }
+  /* A newer ml_dtypes type: refused by its name, not as the anonymous
+   * '<V2' its typestr says (which would also fit a wrong same-sized type). */
+  if (!found && n != NULL) {
+    PyErr_Format(PyExc_BufferError,
+                 "ml_dtypes type '%s' is not one devbuf maps (it maps bfloat16, float8_*, "
+                 "float6_*, float4_e2m1fn, int4/2/1, uint4/2/1, complex32, bcomplex32): a newer "
+                 "ml_dtypes than this devbuf",
+                 n);
+    goto out;
+  }
 done:
   rc = found;
   if (PyErr_Occurred()) rc = -1;
