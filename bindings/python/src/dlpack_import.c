@@ -1174,7 +1174,12 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
    * cache, called without binding it), else an instance attribute. */
   PyObject *fn = NULL;
   int has_method = 0, unbound = 0;
-  if (api == NULL || copy == 1) {
+  /* copy=True is never passed on: devbuf copies the producer's plain
+   * export itself (docs/interop.md, "copy=True"). A producer's own copy was
+   * seen wrong: pyarrow 26's copy of a strided Tensor keeps the strides
+   * over a compact buffer, and reads past it. */
+  PyObject *producer_copy = copy == 1 ? Py_None : copy_o;
+  if (api == NULL) {
     PyObject *descr = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack); /* borrowed */
     has_method = descr != NULL;
     if (has_method && method_call_is_direct(Py_TYPE(obj), descr)) {
@@ -1185,7 +1190,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     if (!has_method && dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
   }
-  if (api != NULL && copy != 1) {
+  if (api != NULL) {
     f = import_exchange(obj, api);
   } else if (has_method || fn != NULL) {
     PyObject *dl = Py_None;
@@ -1198,7 +1203,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     } else {
       Py_INCREF(dl);
     }
-    f = import_dlpack_call(obj, fn, unbound, dl, copy_o, &dropped, legacy_writable);
+    f = import_dlpack_call(obj, fn, unbound, dl, producer_copy, &dropped, legacy_writable);
     Py_DECREF(dl);
     Py_XDECREF(fn);
   } else {
@@ -1212,9 +1217,15 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
   /* What the producer did not do, devbuf does through its plugins. */
   int elsewhere = tid != NULL && !(strcmp(tid, f->desc.identifier) == 0 && tord == f->desc.ordinal);
+  /* A copy the producer made on its own (to reach dl_device) is already
+   * fresh memory; anything else is copied here. */
   int want_copy = copy == 1 && !(f->desc.flags & DEVBUF_DLPACK_IS_COPIED);
   PyObject *result;
-  if (dropped && (elsewhere || want_copy)) {
+  if ((dropped && elsewhere) || want_copy) {
+    if (tid == NULL) { /* no device asked: the copy stays where the data is */
+      tid = f->desc.identifier;
+      tord = f->desc.ordinal;
+    }
     if (copy == 0) {
       PyErr_Format(PyExc_BufferError,
                    "from_dlpack: copy=False, but the tensor is on %s:%d and device asks for %s:%d",
