@@ -394,6 +394,21 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
                                   itemsize ? itemsize : 1, 0);
   if (out == NULL) return NULL;
   if (out->nbytes == 0) return out;
+  if (dbp_download_into(dev, host_readable, ptr, ndim, shape, strides, itemsize, event,
+                        (char *)out->ptr, out->nbytes) < 0)
+    Py_CLEAR(out);
+  return out;
+}
+
+int dbp_download_into(const devbuf_device *dev, int host_readable, const void *ptr, int ndim,
+                      const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
+                      void *event, char *out_ptr, size_t out_nbytes) {
+  /* The destination under the name the copy below was written with. */
+  struct {
+    char *ptr;
+    size_t nbytes;
+  } out_s = {out_ptr, out_nbytes}, *out = &out_s;
+  if (out->nbytes == 0) return 0;
   /* The byte range [lo, hi) the source covers, so strided and negative-
    * stride sources copy what they span and are gathered on the host. */
   Py_ssize_t lo = 0, hi = itemsize;
@@ -421,8 +436,8 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
   if (!contiguous && !direct && !by_runs) {
     tmp = PyMem_RawMalloc(span);
     if (tmp == NULL) {
-      Py_DECREF(out);
-      return (DbpBuffer *)PyErr_NoMemory();
+      PyErr_NoMemory();
+      return -1;
     }
     dst = tmp;
   }
@@ -453,10 +468,10 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
   Py_END_ALLOW_THREADS
   PyMem_RawFree(tmp);
   if (rc != DEVBUF_OK) {
-    Py_DECREF(out);
-    return (DbpBuffer *)dbp_raise(&err);
+    dbp_raise(&err);
+    return -1;
   }
-  return out;
+  return 0;
 }
 
 static PyObject *buffer_to_host(DbpBuffer *self, PyObject *unused) {
@@ -705,12 +720,42 @@ static PyObject *buffer_synchronize(DbpBuffer *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *buffer_copy_to_m(DbpBuffer *self, PyObject *arg) {
-  DbpDevice *d = dbp_device_get(arg);
-  if (d == NULL) return NULL;
-  PyObject *out = dbp_buffer_copy_to(self, d);
-  Py_DECREF(d);
-  return out;
+/* Copy into the caller's `out` (copy_into.c); target NULL: host only. */
+static PyObject *buffer_copy_into(DbpBuffer *self, PyObject *out, DbpDevice *target, int any,
+                                  const char *what) {
+  if (check_alive(self) < 0) return NULL;
+  dbp_copy_src s = {&self->device->dev, self->host_readable, self->ptr, self->nbytes, self->ndim,
+                    self->shape, self->strides, self->itemsize, self->format, self->event};
+  self->pins++;
+  PyObject *r = dbp_copy_into(&s, out, target, any, what);
+  self->pins--;
+  return r;
+}
+
+static PyObject *buffer_to_host_m(DbpBuffer *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  PyObject *out;
+  if (nargs == 0 && kwnames == NULL) return buffer_to_host(self, NULL);
+  if (dbp_parse_out_kw("to_host", args, nargs, kwnames, 0, NULL, &out) < 0) return NULL;
+  if (out == NULL) return buffer_to_host(self, NULL);
+  return buffer_copy_into(self, out, NULL, 0, "devbuf.DeviceBuffer.to_host(out=...)");
+}
+
+static PyObject *buffer_copy_to_m(DbpBuffer *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames) {
+  PyObject *dev_arg = Py_None, *out;
+  if (dbp_parse_out_kw("copy_to", args, nargs, kwnames, 1, &dev_arg, &out) < 0) return NULL;
+  if (out == NULL && dev_arg == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "copy_to() needs a device, or out= (a buffer to copy into)");
+    return NULL;
+  }
+  DbpDevice *d = NULL;
+  if (dev_arg != Py_None && (d = dbp_device_get(dev_arg)) == NULL) return NULL;
+  PyObject *r = out != NULL ? buffer_copy_into(self, out, d, d == NULL,
+                                               "devbuf.DeviceBuffer.copy_to(out=...)")
+                            : dbp_buffer_copy_to(self, d);
+  Py_XDECREF(d);
+  return r;
 }
 
 static PyObject *buffer_enter(DbpBuffer *self, PyObject *unused) {
@@ -721,11 +766,15 @@ static PyObject *buffer_enter(DbpBuffer *self, PyObject *unused) {
 static PyObject *buffer_exit(DbpBuffer *self, PyObject *args) { return buffer_free(self, NULL); }
 
 static PyMethodDef buffer_methods[] = {
-    {"to_host", (PyCFunction)buffer_to_host, METH_NOARGS,
-     "to_host() -> DeviceBuffer on the host: a copy, after waiting for pending work. "
-     "memoryview() and numpy.asarray() accept the result."},
-    {"copy_to", (PyCFunction)buffer_copy_to_m, METH_O,
-     "copy_to(device) -> DeviceBuffer: a copy on `device` (Device, 'id' or 'id:N')."},
+    {"to_host", (PyCFunction)(void (*)(void))buffer_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host(*, out=None) -> DeviceBuffer on the host: a copy, after waiting for pending work. "
+     "memoryview() and numpy.asarray() accept the result. With out (a writable host buffer of "
+     "the same size, C order, same shape and item type or flat bytes): copies into it and "
+     "returns it."},
+    {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to_m, METH_FASTCALL | METH_KEYWORDS,
+     "copy_to(device=None, *, out=None) -> DeviceBuffer: a copy on `device` (Device, 'id' or "
+     "'id:N'); with out (a writable buffer on that device, e.g. another DeviceBuffer, or host "
+     "memory): copies into it and returns it."},
     {"free", (PyCFunction)buffer_free, METH_NOARGS,
      "Give the memory back now. BufferError while exported; later use raises ValueError."},
     {"synchronize", (PyCFunction)buffer_synchronize, METH_NOARGS,

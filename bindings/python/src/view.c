@@ -469,7 +469,34 @@ static PyObject *view_synchronize_m(DbpView *v, PyObject *unused) {
   if (dbp_view_synchronize(v) < 0) return NULL;
   Py_RETURN_NONE;
 }
-static PyObject *view_to_host_m(DbpView *v, PyObject *unused) { return dbp_view_to_host(v); }
+static PyObject *view_to_host_m(DbpView *v, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames) {
+  PyObject *out;
+  if (nargs == 0 && kwnames == NULL) return dbp_view_to_host(v);
+  if (dbp_parse_out_kw("to_host", args, nargs, kwnames, 0, NULL, &out) < 0) return NULL;
+  if (out == NULL) return dbp_view_to_host(v);
+  /* Into the caller's host memory (copy_into.c), after honouring .sync. */
+  if (dbp_view_resolve(v) < 0) return NULL;
+  const Py_buffer *b = &v->buf.view;
+  Py_ssize_t flat[1], st[PyBUF_MAX_NDIM];
+  int ndim = b->ndim;
+  const Py_ssize_t *shape = b->shape, *strides = b->strides;
+  if (shape == NULL && ndim != 0) {
+    ndim = 1;
+    flat[0] = b->itemsize ? b->len / b->itemsize : b->len;
+    shape = flat;
+    strides = NULL;
+  }
+  if (strides == NULL && ndim > 0) strides = (dbp_c_strides(ndim, shape, b->itemsize, st), st);
+  dbp_copy_src s = {v->is_device ? &v->dev : NULL,
+                    !v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE),
+                    b->buf, (size_t)b->len, ndim, shape, strides, b->itemsize,
+                    b->format ? b->format : "B", v->is_device ? v->desc.event : NULL};
+  v->pins++;
+  PyObject *r = dbp_copy_into(&s, out, NULL, 0, "devbuf.DeviceView.to_host(out=...)");
+  v->pins--;
+  return r;
+}
 static PyObject *view_enter(DbpView *v, PyObject *unused) {
   if (check_alive(v) < 0) return NULL;
   return Py_NewRef(v);
@@ -481,8 +508,10 @@ static PyMethodDef view_methods[] = {
      "Release the producer's export now (once; later calls do nothing)."},
     {"synchronize", (PyCFunction)view_synchronize_m, METH_NOARGS,
      "Block until the producer's event (see .sync) has completed."},
-    {"to_host", (PyCFunction)view_to_host_m, METH_NOARGS,
-     "to_host() -> DeviceBuffer on the host, C-contiguous, after honouring .sync."},
+    {"to_host", (PyCFunction)(void (*)(void))view_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host(*, out=None) -> DeviceBuffer on the host, C-contiguous, after honouring .sync; "
+     "with out (a writable host buffer of the same size, C order, same shape and item type or "
+     "flat bytes): copies into it and returns it."},
     {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
      METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
     {"__enter__", (PyCFunction)view_enter, METH_NOARGS, NULL},
