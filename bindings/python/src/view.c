@@ -433,7 +433,11 @@ static PyObject *get_dtype(DbpView *v, void *c) {
 }
 
 static PyGetSetDef view_getset[] = {
-    {"obj", (getter)get_obj, NULL, "the producer (kept alive by the view)", NULL},
+    {"obj", (getter)get_obj, NULL,
+     "the exporter whose buffer the view holds (kept alive): the producer itself when it speaks "
+     "the buffer protocol; for DLPack, CUDA Array Interface, array interface and Arrow "
+     "producers the devbuf.ForeignArray or devbuf.ArrowArray in between, whose .obj is the "
+     "producer", NULL},
     {"released", (getter)get_released, NULL, "True once the export was released", NULL},
     {"is_device", (getter)get_is_device, NULL,
      "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
