@@ -253,6 +253,9 @@ def test_to_host_into_numpy_staging_and_device_buffers(dev, sim):
     assert b.copy_to(dev, out=d2) is d2 and np.array_equal(np.asarray(d2.to_host()), src)
     d3 = devbuf.empty(src.nbytes, "B", device=dev)
     b.copy_to(out=d3)  # the device is out's
+    h = np.zeros((4, 6), np.float32)
+    b.copy_to(None, out=h)  # None: the host, as copy_to(None) always meant
+    assert np.array_equal(h, src)
     assert bytes(d3.to_host()) == src.tobytes()
     # across devices, through the host
     other = "cpu" if dev != "cpu" else "devbuf.sim"

@@ -743,14 +743,14 @@ static PyObject *buffer_to_host_m(DbpBuffer *self, PyObject *const *args, Py_ssi
 
 static PyObject *buffer_copy_to_m(DbpBuffer *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames) {
-  PyObject *dev_arg = Py_None, *out;
+  PyObject *dev_arg = NULL, *out; /* NULL: not given; None: the host */
   if (dbp_parse_out_kw("copy_to", args, nargs, kwnames, 1, &dev_arg, &out) < 0) return NULL;
-  if (out == NULL && dev_arg == Py_None) {
+  if (out == NULL && dev_arg == NULL) {
     PyErr_SetString(PyExc_TypeError, "copy_to() needs a device, or out= (a buffer to copy into)");
     return NULL;
   }
   DbpDevice *d = NULL;
-  if (dev_arg != Py_None && (d = dbp_device_get(dev_arg)) == NULL) return NULL;
+  if (dev_arg != NULL && (d = dbp_device_get(dev_arg)) == NULL) return NULL;
   PyObject *r = out != NULL ? buffer_copy_into(self, out, d, d == NULL,
                                                "devbuf.DeviceBuffer.copy_to(out=...)")
                             : dbp_buffer_copy_to(self, d);
@@ -772,8 +772,8 @@ static PyMethodDef buffer_methods[] = {
      "the same size, C order, same shape and item type or flat bytes): copies into it and "
      "returns it."},
     {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to_m, METH_FASTCALL | METH_KEYWORDS,
-     "copy_to(device=None, *, out=None) -> DeviceBuffer: a copy on `device` (Device, 'id' or "
-     "'id:N'); with out (a writable buffer on that device, e.g. another DeviceBuffer, or host "
+     "copy_to(device, *, out=None) -> DeviceBuffer: a copy on `device` (Device, 'id' or "
+     "'id:N'; None: the host); with out (a writable buffer on that device, e.g. another DeviceBuffer, or host "
      "memory): copies into it and returns it."},
     {"free", (PyCFunction)buffer_free, METH_NOARGS,
      "Give the memory back now. BufferError while exported; later use raises ValueError."},
