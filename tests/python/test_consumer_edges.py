@@ -197,6 +197,32 @@ def test_a_read_only_answer_to_a_writable_request_is_refused_naming_the_producer
     assert not w.readonly
 
 
+def test_every_import_route_refuses_a_writable_request_naming_the_producer():
+    ro = np.arange(3, dtype=np.int64)
+    ro.flags.writeable = False
+
+    class ArrayInterfaceOnly:
+        __array_interface__ = ro.__array_interface__
+
+    class DLPackOnly:
+        def __dlpack__(self, **kw):
+            return ro.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(BufferError, match=r"ArrayInterfaceOnly, through array_interface\) marked "
+                                          r"it read-only"):
+        devbuf.view(ArrayInterfaceOnly(), writable=True)
+    with pytest.raises(BufferError, match=r"DLPackOnly, through dlpack\) marked it read-only"):
+        devbuf.view(DLPackOnly(), writable=True)
+    with pytest.raises(ValueError, match="read-only"):  # NumPy's own refusal, unchanged
+        devbuf.view(ro, writable=True)
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(BufferError, match=r"immutable \(the producer: pyarrow.lib.Int64Array\)"):
+        devbuf.view(pa.array([1, 2, 3]), writable=True)
+
+
 def test_a_read_only_dlpack_producer_is_refused_naming_it():
     a = np.arange(3, dtype=np.int32)
     p = Producer(a, flags=1)  # DLPACK_FLAG_BITMASK_READ_ONLY
