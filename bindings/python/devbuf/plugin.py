@@ -262,13 +262,19 @@ class Registration:
         # The table refuses a second unregister on its own.
         if self._table.state != "registered":
             raise RuntimeError(f"python plugin '{self.name}' is not registered")
+        # Held until the record below is gone: the table drops its reference,
+        # and a plugin object made meanwhile (another thread) could otherwise
+        # get this one's id() and be refused as "already registered".
+        plugin = self._table.plugin  # noqa: F841
         self._table.unregister()
         for ns in self._namespaces:
             if ns.state == "registered":
                 ns.unregister()
         self._namespaces = ()
         with _lock:
-            _registrations.pop(self._plugin_id, None)
+            if _registrations.get(self._plugin_id) is self:
+                del _registrations[self._plugin_id]
+        del plugin
 
     def __enter__(self):
         return self

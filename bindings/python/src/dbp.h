@@ -19,6 +19,8 @@
 #include "devbuf_buffer.h"
 #include "export_ledger.h"
 
+#include "dbp_lock.h"
+
 /* ---- errors.c ------------------------------------------------------------ */
 extern PyObject *dbp_Error;             /* devbuf.Error (Exception) */
 extern PyObject *dbp_PluginError;       /* devbuf.PluginError (Error) */

@@ -247,8 +247,9 @@ static int get_export(PyObject *obj, DevbufPy_buffer_ext *ext) {
 #ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
   PyTypeObject *tp = Py_TYPE(obj);
   if (tp == &DbpBuffer_Type || tp == &DbpView_Type) {
-    if (g_own_direct < 0) g_own_direct = own_direct_ok();
-    if (g_own_direct) {
+    int direct = DBP_LOAD_INT(&g_own_direct);
+    if (direct < 0) DBP_STORE_INT(&g_own_direct, direct = own_direct_ok());
+    if (direct) {
       ext->flags = 0;
       ext->ext_flags = 0;
       ext->view.obj = NULL;

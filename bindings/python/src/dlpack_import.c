@@ -27,14 +27,21 @@ static PyObject *g_kwnames_ns[4];
 /* ---- ForeignArray ------------------------------------------------------------- */
 
 /* A few freed ForeignArrays kept for reuse: at ~2.8 KiB each, malloc and
- * free were a fifth of a from_dlpack() (the type is final, the GIL guards it). */
+ * free were a fifth of a from_dlpack() (the type is final, the GIL guards
+ * it). Without the GIL there is no freelist: a shared stack would need a
+ * lock on the hot path, and mimalloc's per-thread heaps already make the
+ * allocation cheap there. */
+#if defined(Py_GIL_DISABLED)
+enum { FOREIGN_FREELIST = 0 };
+#else
 enum { FOREIGN_FREELIST = 4 };
-static DbpForeign *g_foreign_free[FOREIGN_FREELIST];
+#endif
+static DbpForeign *g_foreign_free[FOREIGN_FREELIST > 0 ? FOREIGN_FREELIST : 1];
 static int g_foreign_nfree;
 
 static DbpForeign *foreign_alloc(int kind, PyObject *source) {
   DbpForeign *f;
-  if (g_foreign_nfree > 0) {
+  if (FOREIGN_FREELIST > 0 && g_foreign_nfree > 0) {
     f = g_foreign_free[--g_foreign_nfree];
     PyObject_Init((PyObject *)f, &DbpForeign_Type);
   } else {
@@ -208,7 +215,7 @@ static int foreign_prepare_device(DbpForeign *f) {
 
 static const char *kind_name(int k);
 
-static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
+static int foreign_getbuffer_locked(DbpForeign *f, Py_buffer *view, int flags) {
   const devbuf_dlpack_desc *d = &f->desc;
   int readonly = (d->flags & DEVBUF_DLPACK_READONLY) != 0;
   if ((flags & PyBUF_WRITABLE) && readonly) {
@@ -280,7 +287,10 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
   return 0;
 }
 
-static void foreign_releasebuffer(DbpForeign *f, Py_buffer *view) { f->exports--; }
+static void foreign_releasebuffer_locked(DbpForeign *f, Py_buffer *view) { f->exports--; }
+/* Locked (dbp.h): the export count, the event and the lazily made device_info. */
+DBP_LOCKED_GETBUFFER(DbpForeign, foreign_getbuffer)
+DBP_LOCKED_RELEASEBUFFER(DbpForeign, foreign_releasebuffer)
 
 static PyBufferProcs foreign_as_buffer = {
     .bf_getbuffer = (getbufferproc)foreign_getbuffer,
@@ -311,7 +321,7 @@ static void foreign_dealloc(DbpForeign *f) {
     }
   }
   Py_CLEAR(f->source);
-  if (g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;
+  if (FOREIGN_FREELIST > 0 && g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;
   else PyObject_Free(f);
 }
 
@@ -356,7 +366,8 @@ static PyObject *fget_version(DbpForeign *f, void *c) {
   if (f->kind != DBP_FOREIGN_DLPACK) Py_RETURN_NONE;
   return Py_BuildValue("(II)", f->desc.version.major, f->desc.version.minor);
 }
-static PyObject *fget_exports(DbpForeign *f, void *c) { return PyLong_FromSsize_t(f->exports); }
+static PyObject *fget_exports_locked(DbpForeign *f, void *c) { return PyLong_FromSsize_t(f->exports); }
+DBP_LOCKED_GETTER(DbpForeign, fget_exports)
 static PyObject *fget_event(DbpForeign *f, void *c) {
   if (f->event == NULL) Py_RETURN_NONE;
   return PyLong_FromVoidPtr(f->event);

@@ -438,6 +438,9 @@ static int consumer_exec(PyObject *m) {
 
 static PyModuleDef_Slot slots[] = {
     {Py_mod_exec, (void *)consumer_exec},
+#ifdef Py_GIL_DISABLED /* no state of its own; the header's cache is per thread */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
 #endif
