@@ -335,7 +335,10 @@ def test_to_host_out_errors_say_what_does_not_fit(dev, sim):
     assert isinstance(b.to_host(out=None), devbuf.DeviceBuffer)  # None: a new buffer
 
 
-def test_to_host_out_refuses_overlap_with_its_source():
+def test_to_host_out_refuses_overlap_with_its_source(sim):
+    d = devbuf.from_host(np.arange(8, dtype=np.int64), device=sim)
+    with pytest.raises(ValueError, match="out overlaps the source"):
+        d.copy_to(sim, out=d)
     a = np.arange(8, dtype=np.int64)
     with pytest.raises(ValueError, match="overlaps the source"):
         devbuf.view(a).to_host(out=a)

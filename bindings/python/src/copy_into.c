@@ -116,6 +116,16 @@ static int copy_to_device(const dbp_copy_src *s, const devbuf_device *odev, void
   if (s->nbytes == 0) return 0;
   int same = s->dev != NULL && s->dev->backend != NULL && s->dev->backend == odev->backend &&
              s->dev->ordinal == odev->ordinal;
+  if (same) { /* one device's addresses: the two must not overlap either */
+    Py_ssize_t lo, hi;
+    source_span(s, &lo, &hi);
+    uintptr_t a = (uintptr_t)s->ptr + (uintptr_t)lo, b = (uintptr_t)s->ptr + (uintptr_t)hi;
+    uintptr_t o = (uintptr_t)dst, oe = o + (uintptr_t)s->nbytes;
+    if (o < b && a < oe) {
+      PyErr_SetString(PyExc_ValueError, "copy_to(out=...): out overlaps the source");
+      return -1;
+    }
+  }
   if (same && src_contiguous(s)) {
     const devbuf_device *d = s->dev;
     const void *src = s->ptr;
