@@ -396,3 +396,16 @@ def test_an_impossibly_large_buffer_says_it_is_too_large():
         devbuf.empty(2**62)
     with pytest.raises(MemoryError, match="more than one buffer can hold"):
         devbuf.empty((2**31, 2**31), "b")
+
+
+def test_host_staging_is_made_by_hand_for_out(sim):
+    st = devbuf.HostStaging(sim, 16)
+    assert st.nbytes == 16 and not st.readonly and st.device is sim
+    m = memoryview(st)
+    assert not m.readonly and m.format == "B" and m.nbytes == 16
+    m.release()
+    assert devbuf.HostStaging("cpu", 0).nbytes == 0
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        devbuf.HostStaging(sim, -1)
+    with pytest.raises(TypeError):
+        devbuf.HostStaging(sim)
