@@ -828,8 +828,10 @@ static int import_prepare(DbpArrowImport *a) {
 
 static int import_getbuffer_locked(DbpArrowImport *a, Py_buffer *view, int flags) {
   if (flags & PyBUF_WRITABLE) {
-    PyErr_SetString(PyExc_BufferError,
-                    "devbuf.ArrowArray is read-only: Arrow arrays are immutable");
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.ArrowArray is read-only: Arrow arrays are immutable (the producer: "
+                 "%.100s), so a writable request is refused",
+                 a->source ? Py_TYPE(a->source)->tp_name : "unknown");
     return -1;
   }
   if (dbp_refuse_flat_format("devbuf.ArrowArray", a->format, flags) < 0) return -1;

@@ -64,6 +64,11 @@ typedef char dbp_mutex;
   static PyObject *name(PyObject *self, PyObject *args, PyObject *kw) {            \
     DBP_RETURN_LOCKED(PyObject *, self, name##_locked((T *)self, args, kw));       \
   }
+#define DBP_LOCKED_FASTMETH(T, name)                                                     \
+  static PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,          \
+                        PyObject *kwnames) {                                              \
+    DBP_RETURN_LOCKED(PyObject *, self, name##_locked((T *)self, args, nargs, kwnames));  \
+  }
 #define DBP_LOCKED_GETTER(T, name)                                   \
   static PyObject *name(PyObject *self, void *closure) {             \
     DBP_RETURN_LOCKED(PyObject *, self, name##_locked((T *)self, closure)); \

@@ -660,17 +660,29 @@ static PyObject *parse_format_fast(PyObject *self, PyObject *const *args, Py_ssi
     PyErr_SetString(PyExc_TypeError, "parse_format() missing required argument 'fmt'");
     return NULL;
   }
-  if (!PyUnicode_Check(fmt)) {
-    PyErr_Format(PyExc_TypeError, "parse_format() argument 'fmt' must be str, not %.100s",
+  /* bytes too, as calcsize and struct take them: ASCII is the only text a
+   * format may hold, so decoding loses nothing. */
+  PyObject *decoded = NULL;
+  if (PyBytes_Check(fmt)) {
+    decoded = PyUnicode_DecodeASCII(PyBytes_AS_STRING(fmt), PyBytes_GET_SIZE(fmt), "strict");
+    if (decoded == NULL) return NULL;
+    fmt = decoded;
+  } else if (!PyUnicode_Check(fmt)) {
+    PyErr_Format(PyExc_TypeError, "parse_format() argument 'fmt' must be str or bytes, not %.100s",
                  Py_TYPE(fmt)->tp_name);
     return NULL;
   }
   uint32_t flags = DEVBUF_FORMAT_DEFAULT;
-  if (mode != NULL && mode_flags(mode, &flags) < 0) return NULL;
+  if (mode != NULL && mode_flags(mode, &flags) < 0) {
+    Py_XDECREF(decoded);
+    return NULL;
+  }
   if (opt[0]) flags |= DEVBUF_FORMAT_ALLOW_UNKNOWN;
   if (!opt[1]) flags |= DEVBUF_FORMAT_NO_PLUGINS;
   if (opt[2]) flags |= DEVBUF_FORMAT_LINT_IDS;
-  return parse_flags(fmt, flags);
+  PyObject *r = parse_flags(fmt, flags);
+  Py_XDECREF(decoded);
+  return r;
 }
 
 PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {

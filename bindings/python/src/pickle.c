@@ -188,6 +188,58 @@ static PyObject *staging_repr(DbpStaging *self) {
                               self->device->spec);
 }
 
+static void advise_huge_pages(void *p, size_t n);
+
+/* HostStaging(device, nbytes): writable staging memory from the device's
+ * plugin (pinned where the plugin pins), for to_host(out=...) and
+ * copy_to(out=...) to copy into again and again (issue 31). */
+static PyObject *staging_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"device", "nbytes", NULL};
+  PyObject *dev_arg;
+  Py_ssize_t n;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On:HostStaging", kwlist, &dev_arg, &n))
+    return NULL;
+  if (n < 0) {
+    PyErr_Format(PyExc_ValueError, "HostStaging: nbytes must be >= 0, not %zd", n);
+    return NULL;
+  }
+  DbpDevice *d = dbp_device_get(dev_arg);
+  if (d == NULL) return NULL;
+  if (d->dev.backend == NULL) {
+    PyErr_SetString(PyExc_ValueError, "HostStaging: the built-in host device has no plugin to "
+                                      "allocate from; name a plugin's device");
+    Py_DECREF(d);
+    return NULL;
+  }
+  DbpStaging *st = PyObject_New(DbpStaging, &DbpStaging_Type);
+  if (st == NULL) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  st->device = d;
+  st->ptr = NULL;
+  st->len = n;
+  st->cap = (size_t)n;
+  st->readonly = 0;
+  st->exports = 0;
+  if (n > 0) {
+    devbuf_error err;
+    int rc;
+    void *p = NULL;
+    size_t sz = (size_t)n;
+    const devbuf_device *dev = &d->dev;
+    devbuf_error_clear(&err);
+    DBP_NOGIL(rc = devbuf_host_alloc(dev, sz, &p, &err));
+    if (rc != DEVBUF_OK) {
+      Py_DECREF(st);
+      return dbp_raise(&err);
+    }
+    advise_huge_pages(p, sz);
+    st->ptr = p;
+  }
+  return (PyObject *)st;
+}
+
 static PyTypeObject DbpStaging_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.HostStaging",
     .tp_basicsize = sizeof(DbpStaging),
@@ -195,10 +247,13 @@ static PyTypeObject DbpStaging_Type = {
     .tp_repr = (reprfunc)staging_repr,
     .tp_as_buffer = &staging_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Host staging memory that a device's plugin allocated (devbuf_host_alloc), holding "
-              "the one device-to-host copy a pickle makes. Exports the plain buffer protocol "
-              "(bytes, format 'B'); the memory goes back to the plugin when the object dies.",
+    .tp_doc = "HostStaging(device, nbytes): host staging memory that a device's plugin allocated "
+              "(devbuf_host_alloc, pinned where the plugin pins), holding the one device-to-host "
+              "copy a pickle makes, or made by hand as a reusable destination for "
+              "to_host(out=...). Exports the plain buffer protocol (bytes, format 'B'); the "
+              "memory goes back to the plugin when the object dies.",
     .tp_getset = staging_getset,
+    .tp_new = staging_new,
 };
 
 /* ---- downloads --------------------------------------------------------------- */

@@ -66,7 +66,7 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   memset(&v->ledger, 0, sizeof v->ledger);
   /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
    * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
-  PyObject *foreign = NULL;
+  PyObject *foreign = NULL, *producer = obj;
   if (!PyObject_CheckBuffer(obj)) {
     /* Arrow before __dlpack__: its capsule carries the producer's
      * sync_event and the custom-dtype extension, which DLPack of the same
@@ -85,25 +85,50 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     /* An exporter that cannot describe its data in a format string (NumPy
      * with ml_dtypes' bfloat16) may still say it through DLPack or the
      * array interface; if not, its own error stands. */
-    PyObject *t, *e, *tb;
+    PyObject *t, *e, *tb, *notes = NULL;
     PyErr_Fetch(&t, &e, &tb);
     if (foreign == NULL && (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
                             PyErr_GivenExceptionMatches(t, PyExc_BufferError)))
-      foreign = dbp_interop_exporter(obj);
+      foreign = dbp_interop_exporter_noted(obj, &notes);
     if (foreign != NULL && DevbufPy_GetBufferEx(foreign, &v->buf, VIEW_FLAGS | flags) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);
+      Py_XDECREF(notes);
       goto got;
     }
     PyErr_Clear();
-    PyErr_Restore(t, e, tb);
+    if (notes != NULL) {
+      /* Every route failed: say what each one said (a NumPy structured
+       * array with a datetime64 field has no buffer format, no DLPack code
+       * and no array-interface typestr), in the buffer protocol's type. */
+      PyObject *type = Py_NewRef(t), *all = NULL;
+      PyErr_Restore(t, e, tb);
+      if (dbp_route_note(&all, "buffer protocol") == 0 && PyList_SetSlice(all, 1, 1, notes) == 0)
+        dbp_route_raise(type, all, obj);
+      Py_XDECREF(all);
+      Py_DECREF(type);
+      Py_DECREF(notes);
+    } else {
+      PyErr_Restore(t, e, tb);
+    }
     Py_XDECREF(foreign);
     Py_DECREF(v);
     return NULL;
   }
 got:
   Py_XDECREF(foreign); /* the export holds it */
+  /* A writable request answered read-only (a read-only pyarrow Tensor
+   * does): whatever getbuffer returned, the producer said no. */
+  if ((flags & PyBUF_WRITABLE) && v->buf.view.readonly) {
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.view(writable=True): %.100s answered the writable request with a "
+                 "read-only buffer; ask for a read-only view, or make the producer writable",
+                 Py_TYPE(producer)->tp_name);
+    DevbufPy_BufferRelease(&v->buf);
+    Py_DECREF(v);
+    return NULL;
+  }
   /* The producer's description must be self-consistent before devbuf
    * re-exports or copies it (issue 20); its memory size is its own word.
    * A ForeignArray passed this same check on the same immutable description
@@ -430,7 +455,11 @@ DBP_LOCKED_GETTER(DbpView, get_sync)
 DBP_LOCKED_GETTER(DbpView, get_dtype)
 
 static PyGetSetDef view_getset[] = {
-    {"obj", (getter)get_obj, NULL, "the producer (kept alive by the view)", NULL},
+    {"obj", (getter)get_obj, NULL,
+     "the exporter whose buffer the view holds (kept alive): the producer itself when it speaks "
+     "the buffer protocol; for DLPack, CUDA Array Interface, array interface and Arrow "
+     "producers the devbuf.ForeignArray or devbuf.ArrowArray in between, whose .obj is the "
+     "producer", NULL},
     {"released", (getter)get_released, NULL, "True once the export was released", NULL},
     {"is_device", (getter)get_is_device, NULL,
      "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
@@ -466,14 +495,41 @@ static PyObject *view_synchronize_m_locked(DbpView *v, PyObject *unused) {
   if (dbp_view_synchronize(v) < 0) return NULL;
   Py_RETURN_NONE;
 }
-static PyObject *view_to_host_m_locked(DbpView *v, PyObject *unused) { return dbp_view_to_host(v); }
+static PyObject *view_to_host_m_locked(DbpView *v, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames) {
+  PyObject *out;
+  if (nargs == 0 && kwnames == NULL) return dbp_view_to_host(v);
+  if (dbp_parse_out_kw("to_host", args, nargs, kwnames, 0, NULL, &out) < 0) return NULL;
+  if (out == NULL) return dbp_view_to_host(v);
+  /* Into the caller's host memory (copy_into.c), after honouring .sync. */
+  if (dbp_view_resolve(v) < 0) return NULL;
+  const Py_buffer *b = &v->buf.view;
+  Py_ssize_t flat[1], st[PyBUF_MAX_NDIM];
+  int ndim = b->ndim;
+  const Py_ssize_t *shape = b->shape, *strides = b->strides;
+  if (shape == NULL && ndim != 0) {
+    ndim = 1;
+    flat[0] = b->itemsize ? b->len / b->itemsize : b->len;
+    shape = flat;
+    strides = NULL;
+  }
+  if (strides == NULL && ndim > 0) strides = (dbp_c_strides(ndim, shape, b->itemsize, st), st);
+  dbp_copy_src s = {v->is_device ? &v->dev : NULL,
+                    !v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE),
+                    b->buf, (size_t)b->len, ndim, shape, strides, b->itemsize,
+                    b->format ? b->format : "B", v->is_device ? v->desc.event : NULL};
+  v->pins++;
+  PyObject *r = dbp_copy_into(&s, out, NULL, 0, "devbuf.DeviceView.to_host(out=...)");
+  v->pins--;
+  return r;
+}
 static PyObject *view_enter_locked(DbpView *v, PyObject *unused) {
   if (check_alive(v) < 0) return NULL;
   return Py_NewRef(v);
 }
 DBP_LOCKED_METH(DbpView, view_release_m)
 DBP_LOCKED_METH(DbpView, view_synchronize_m)
-DBP_LOCKED_METH(DbpView, view_to_host_m)
+DBP_LOCKED_FASTMETH(DbpView, view_to_host_m)
 DBP_LOCKED_METH(DbpView, view_enter)
 static PyObject *view_exit(PyObject *v, PyObject *args) { return view_release_m(v, NULL); }
 
@@ -482,8 +538,10 @@ static PyMethodDef view_methods[] = {
      "Release the producer's export now (once; later calls do nothing)."},
     {"synchronize", (PyCFunction)view_synchronize_m, METH_NOARGS,
      "Block until the producer's event (see .sync) has completed."},
-    {"to_host", (PyCFunction)view_to_host_m, METH_NOARGS,
-     "to_host() -> DeviceBuffer on the host, C-contiguous, after honouring .sync."},
+    {"to_host", (PyCFunction)(void (*)(void))view_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host(*, out=None) -> DeviceBuffer on the host, C-contiguous, after honouring .sync; "
+     "with out (a writable host buffer of the same size, C order, same shape and item type or "
+     "flat bytes): copies into it and returns it."},
     {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
      METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
     {"__enter__", (PyCFunction)view_enter, METH_NOARGS, NULL},
