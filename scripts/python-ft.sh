@@ -80,12 +80,14 @@ build_interp() {
   # build it as a core module, as cpython-reference.sh does for 3.11.
   printf '*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat\n' >"$tree/Modules/Setup.local"
   local cc=()
-  # LDFLAGS too: this configure adds -fsanitize=thread to the compile flags only.
+  # LDFLAGS too: configure adds -fsanitize=thread to the compile flags only ...
   [ "$v" = tsan ] && cc=(CC=clang CXX=clang++ LDFLAGS=-fsanitize=thread)
   (cd "$tree" && env "${cc[@]}" ./configure --prefix="$prefix" "${flags[@]}" >config.devbuf.log 2>&1) ||
     { tail -30 "$tree/config.devbuf.log"; return 1; }
-  (cd "$tree" && make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
-  (cd "$tree" && make altinstall >install.devbuf.log 2>&1) || { tail -40 "$tree/install.devbuf.log"; return 1; }
+  # ... and make gets them as well: Debian's Makefile takes LDFLAGS from the
+  # environment of make, not from configure's.
+  (cd "$tree" && env "${cc[@]}" make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
+  (cd "$tree" && env "${cc[@]}" make altinstall >install.devbuf.log 2>&1) || { tail -40 "$tree/install.devbuf.log"; return 1; }
   echo "$want" >"$stamp"
 }
 
