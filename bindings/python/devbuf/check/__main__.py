@@ -99,7 +99,7 @@ def main(argv=None):
                 continue
             new = run_target(t, consumers=not a.no_consumers)
             for r in new:
-                r.notes.insert(0, f"{t.name} {t.version}")
+                r.notes.insert(0, f"{t.name} {t.version}" + (f" ({t.note})" if t.note else ""))
         else:
             new = [producer(_resolve(name), name=name)]
         reports += new

@@ -8,8 +8,11 @@ lines in the library's own terms, so that a failure is ready to file.
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
+from ._spec import default_cases
 from ._spec import EXTENSION_DTYPES, PLAIN_DTYPES, RECORD_DTYPES, LAYOUTS, ArraySpec
 
 # ---- NumPy source for a spec (the reproducers' first lines) --------------------------------
@@ -83,6 +86,11 @@ def _factory(make, source, read=None, name=None):
     return factory
 
 
+def _flat_read(result, spec):
+    """What a consumer that returns a flat byte buffer read, as spec's items in C order."""
+    return np.frombuffer(memoryview(result).cast("B"), spec.np_dtype).reshape(spec.shape)
+
+
 def _np_src(tail):
     return lambda spec: numpy_source(spec) + "\n" + tail
 
@@ -148,7 +156,7 @@ def pyarrow_target():
                                    np.asarray(t), name="pyarrow.Tensor"),
         "pyarrow.Array": _factory(array, array_src, read=lambda a: a.to_numpy(
             zero_copy_only=False), name="pyarrow.Array")},
-        consumers={"pa.py_buffer": (pa.py_buffer, "buffer")})
+        consumers={"pa.py_buffer": (pa.py_buffer, "buffer", _flat_read)})
 
 
 def nanoarrow_target():
@@ -175,7 +183,7 @@ def nanoarrow_target():
         "nanoarrow.Array": _factory(array, src("na.Array"), read=lambda a: np.asarray(
             a.to_pylist()), name="nanoarrow.Array"),
         "nanoarrow.c_buffer": _factory(buffer, src("na.c_buffer"), name="nanoarrow.c_buffer")},
-        consumers={"na.c_buffer": (na.c_buffer, "buffer")})
+        consumers={"na.c_buffer": (na.c_buffer, "buffer", _flat_read)})
 
 
 def array_api_strict_target():
@@ -195,20 +203,21 @@ def array_api_strict_target():
 def jax_target():
     import jax
     jax.config.update("jax_platforms", "cpu")
+    # 64-bit types on: without it JAX narrows float64 to float32 on import (its
+    # documented default), which would hide every protocol question behind a dtype
+    jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
     def make(spec):
         if spec.dtype not in PLAIN_DTYPES and spec.dtype not in EXTENSION_DTYPES:
             return None
-        if spec.dtype in ("uint64", "int64", "float64", "complex128") and \
-                not jax.config.jax_enable_x64:
-            return None  # JAX would silently narrow them
         if spec.layout != "C":
             return None  # jax arrays have no strides: any other layout is a copy
         return jnp.asarray(spec.numpy())
     return Target("jax", jax.__version__, {
         "jax.Array": _factory(make, _np_src("import jax.numpy as jnp\nobj = jnp.asarray(a)"),
                               read=np.asarray, name="jax.Array")},
+        note="jax_enable_x64 on, CPU backend",
         consumers={"jnp.from_dlpack": (jnp.from_dlpack, "dlpack")})
 
 
@@ -216,7 +225,15 @@ def devbuf_target():
     import devbuf
 
     def buffer(spec):
-        if spec.layout != "C" or spec.dtype in EXTENSION_DTYPES:
+        if spec.layout != "C":
+            return None
+        if spec.dtype == "bfloat16" and not spec.readonly:
+            # NumPy cannot export ml_dtypes' 'E': devbuf's own custom dtype carries it
+            b = devbuf.empty(spec.shape, "[devbuf$bfloat16]")
+            v = spec.values
+            ctypes.memmove(b.ptr, v.ctypes.data, v.nbytes)
+            return b
+        if spec.dtype in EXTENSION_DTYPES:
             return None
         return devbuf.from_host(spec.numpy(), readonly=spec.readonly)
 
@@ -243,7 +260,12 @@ def devbuf_target():
     def to_host(x):
         return np.asarray(x.to_host()) if hasattr(x, "to_host") else np.asarray(x)
 
-    return Target("devbuf", devbuf.__version__, {
+    try:
+        import ml_dtypes  # noqa: F401 - the bfloat16 cases need it for their values
+        extra = [ArraySpec("bfloat16", shape) for shape in ((7,), (3, 4), ())]
+    except ImportError:
+        extra = []
+    return Target("devbuf", devbuf.__version__, cases=default_cases() + extra, factories={
         "devbuf.DeviceBuffer": _factory(buffer, src(
             "obj = devbuf.from_host(a, readonly=a.flags.writeable is False)"),
             name="devbuf.DeviceBuffer"),

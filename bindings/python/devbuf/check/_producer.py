@@ -84,7 +84,8 @@ DL_READONLY = rule("dl.readonly", P, "dlpack", "DLPACK_FLAG_BITMASK_READ_ONLY (D
                    "and is refused (BufferError) in a legacy capsule, which cannot say so")
 DL_COPY = rule("dl.copy", P, "dlpack", "Semantics: copy=True, DLPACK_FLAG_BITMASK_IS_COPIED",
                "copy=True gives new memory, flagged IS_COPIED, whose strides describe the "
-               "copy (C-contiguous: NULL or the row-major strides), holding the same values")
+               "copy (NULL, or a dense layout: row-major, or another order of the axes "
+               "as NumPy's order='K' copies), holding the same values")
 DL_NOCOPY = rule("dl.copy_false", P, "dlpack", "Semantics: copy=False 'must not copy'",
                  "copy=False exports the array's own memory without IS_COPIED, or raises")
 DL_DL_DEVICE = rule("dl.dl_device", P, "dlpack", "__dlpack__(dl_device=...) (array API v2023)",
@@ -186,6 +187,18 @@ def _gather_strided(ptr, shape, strides_items, itemsize):
     return C._gather(ptr, shape, tuple(s * itemsize for s in strides_items), itemsize)
 
 
+def _dense(shape, strides):
+    """Do element strides describe a dense, non-overlapping layout of shape
+    (C, Fortran or any other order of the axes), as a fresh copy must?"""
+    dims = sorted((s, d) for d, s in zip(shape, strides) if d != 1)
+    expect = 1
+    for s, d in dims:
+        if s != expect:
+            return False
+        expect *= d
+    return True
+
+
 def _refcount_settles(obj, fn):
     """Run fn(), collect garbage, and say whether obj's reference count came back."""
     gc.collect()
@@ -220,6 +233,17 @@ class _Ctx:
         self.full = None  # the PyBUF_FULL_RO answer, when there is one
         self.known_readonly = spec.readonly
 
+    @property
+    def host(self):
+        """Is the object's memory host memory? True when it answers a plain buffer
+        request or says kDLCPU; False for another DLPack device; else None."""
+        if self.full is not None:
+            return True
+        try:
+            return int(self.obj.__dlpack_device__()[0]) in (D.KDLCPU, D.KDLCUDAHOST)
+        except Exception:  # noqa: BLE001
+            return None
+
     def ok(self, rid):
         self.report.passed(rid, str(self.spec))
 
@@ -246,7 +270,8 @@ def check_buffer(c: _Ctx):
     bp_rules = (BP_ANSWER, BP_REFUSE, BP_WRITABLE, BP_ERROR, BP_SATISFIABLE, BP_SIMPLE_FORMAT,
                 BP_FORMAT, BP_VALUES, BP_EXPORTS)
     if err is not None:
-        if isinstance(err, TypeError) and "buffer" in str(err) and "support" in str(err):
+        if isinstance(err, TypeError) and ("bytes-like object is required" in str(err) or
+                                           "does not support the buffer" in str(err)):
             for r in bp_rules:
                 c.skip(r, f"{type(obj).__name__} is not a buffer exporter")
             return
@@ -513,10 +538,8 @@ def check_dlpack(c: _Ctx):
             c.fail(DL_READONLY, "a read-only array went out in a legacy capsule, which has no "
                    "read-only flag: a consumer may write to it",
                    ["cap = obj.__dlpack__()  # should raise BufferError"])
-    elif le is not None and not isinstance(le, BufferError):
-        c.fail(DL_NAMES, f"__dlpack__() raised {type(le).__name__}: {le}", ["obj.__dlpack__()"])
-    elif readonly and isinstance(le, BufferError):
-        c.ok(DL_READONLY)
+    elif readonly:
+        c.ok(DL_READONLY)  # refused: the legacy form cannot say read-only
     old, oe = _dlpack(obj, max_version=(0, 8))
     if old is not None and D.capsule_name(old) != "dltensor":
         c.fail(DL_VERSION, f"max_version=(0, 8) answered a {D.capsule_name(old)!r} capsule",
@@ -617,10 +640,7 @@ def _check_copies(c, info, dev):
     elif D.capsule_name(cap) == "dltensor_versioned":
         ci = D.read_capsule(cap)
         n = int(np.prod(spec.shape, dtype=np.int64))
-        want_st = tuple(s // spec.np_dtype.itemsize
-                        for s in C.c_strides(spec.shape, spec.np_dtype.itemsize))
-        compact = ci["strides"] is None or all(
-            d == 1 or s == w for d, s, w in zip(spec.shape, ci["strides"], want_st))
+        compact = ci["strides"] is None or _dense(spec.shape, ci["strides"])
         if not ci["flags"] & D.FLAG_IS_COPIED:
             c.fail(DL_COPY, "copy=True answered without the IS_COPIED flag",
                    ["cap = obj.__dlpack__(max_version=(1, 0), copy=True)  # flags lack 2"])
@@ -628,8 +648,8 @@ def _check_copies(c, info, dev):
             c.fail(DL_COPY, "copy=True answered the array's own memory", [line])
         elif n and not compact:
             c.fail(DL_COPY, f"copy=True answered strides {ci['strides']} for shape "
-                   f"{spec.shape}: a fresh copy is packed, so these strides (the source's?) "
-                   "reach past it", [line])
+                   f"{spec.shape}: a fresh copy is packed, so strides that are not a dense "
+                   "layout (the source's?) reach past it", [line])
         else:
             problem = _dl_values_problem(ci, spec)
             if problem:
@@ -753,8 +773,8 @@ def check_arrow(c: _Ctx):
                 "arrow_device_array")
         try:
             pair = getattr(obj, m)()
-        except Exception as e:  # noqa: BLE001
-            c.fail(AR_NAMES, f"{m}() raised {type(e).__name__}: {e}", [f"obj.{m}()"])
+        except Exception as e:  # noqa: BLE001 - Arrow cannot hold every array (n-d, records)
+            c.skip(AR_NAMES, f"{m}() refused: {type(e).__name__}: {str(e)[:80]}")
             continue
         names = tuple(C.capsule_name(p) for p in pair) if isinstance(pair, tuple) else None
         if names != want:
@@ -768,7 +788,13 @@ def check_arrow(c: _Ctx):
         else:
             dev = C.capsule_struct(pair[1], C.ArrowDeviceArray)
             arr = dev.array
-            if dev.device_type != C.ARROW_DEVICE_CPU:
+            if c.host is False:
+                if dev.device_type == C.ARROW_DEVICE_CPU:
+                    c.fail(AR_DEVICE, "device memory exported as ARROW_DEVICE_CPU",
+                           [f"obj.{m}()"])
+                else:
+                    c.ok(AR_DEVICE)
+            elif dev.device_type != C.ARROW_DEVICE_CPU:
                 c.fail(AR_DEVICE, f"host memory exported with device_type {dev.device_type}",
                        [f"obj.{m}()"])
             elif dev.sync_event:
@@ -776,7 +802,8 @@ def check_arrow(c: _Ctx):
                        [f"obj.{m}()"])
             else:
                 c.ok(AR_DEVICE)
-        _arrow_values(c, schema, arr, m)
+        if dev is None or dev.device_type == C.ARROW_DEVICE_CPU:
+            _arrow_values(c, schema, arr, m)  # (device buffers are not readable here)
         if not schema.release or not arr.release:
             c.fail(AR_RELEASE, f"{m}(): a struct with a NULL release callback (already "
                    "released?)", [f"obj.{m}()"])
@@ -827,6 +854,14 @@ def check_pickle(c: _Ctx, read):
         return
     want = spec.values
     lines = ["import pickle, numpy as np"]
+    plain_read = read
+
+    def read(x):
+        try:
+            return plain_read(x)
+        except Exception:  # noqa: BLE001 - a dtype NumPy cannot import: the raw items
+            raw = C.getbuffer(x, C.PyBUF_RECORDS_RO).data
+            return np.frombuffer(raw, spec.np_dtype).reshape(spec.shape)
     try:
         got = read(pickle.loads(data))
         same = same_values(got, want)

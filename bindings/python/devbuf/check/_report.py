@@ -56,12 +56,14 @@ class Result:
     reproducer: str | None = None
     passed: int = 0
     failed: int = 0
+    others: list = dataclasses.field(default_factory=list)  # other distinct (reason, case)
 
     def as_dict(self):
         return {"rule": self.rule.id, "role": self.rule.role, "status": self.status,
                 "citation": self.rule.citation, "text": self.rule.text, "reason": self.reason,
                 "case": self.case, "reproducer": self.reproducer, "passed": self.passed,
-                "failed": self.failed}
+                "failed": self.failed,
+                "others": [{"reason": r, "case": c} for r, c in self.others]}
 
 
 class Report:
@@ -86,6 +88,9 @@ class Report:
         r.failed += 1
         if r.status != FAIL:  # the first failure is the one reported
             r.status, r.reason, r.case, r.reproducer = FAIL, reason, case, reproducer
+        elif reason != r.reason and len(r.others) < 6 and \
+                all(reason != o for o, _ in r.others):
+            r.others.append((reason, case))  # and a few different ones
 
     def skipped(self, rule_id, reason):
         r = self.results[rule_id]
@@ -147,6 +152,8 @@ class Report:
                 lines.append(f"     spec: {r.rule.citation}")
                 if r.case:
                     lines.append(f"     case: {r.case} ({r.failed} failing, {r.passed} passing)")
+                for o_reason, o_case in r.others:
+                    lines.append(f"     also: {o_reason} [{o_case}]")
                 if r.reproducer:
                     lines.append("     reproducer:")
                     lines += ["       " + x for x in r.reproducer.splitlines()]
