@@ -55,6 +55,12 @@ class Py_buffer(Structure):
                 ("internal", c_void_p)]
 
 
+class _Padded(Structure):
+    """A Py_buffer with room behind it: an exporter that writes the device
+    extension's fields unasked (dx.no_unasked_fields) must not corrupt the kit."""
+    _fields_ = [("view", Py_buffer), ("pad", ctypes.c_char * 64)]
+
+
 _api = ctypes.pythonapi
 _api.PyObject_GetBuffer.restype = c_int
 _api.PyObject_GetBuffer.argtypes = [py_object, POINTER(Py_buffer), c_int]
@@ -131,7 +137,8 @@ def is_contiguous(shape, strides, itemsize, order):
 def getbuffer(obj, flags, gather=True):
     """Make request `flags` of obj as a C consumer would; return an Answer, or
     raise what the exporter raised. The export is released before return."""
-    view = Py_buffer()
+    padded = _Padded()
+    view = padded.view
     _api.PyObject_GetBuffer(obj, ctypes.byref(view), flags)  # raises on -1
     try:
         a = Answer()
@@ -161,7 +168,8 @@ class Held:
     """An export kept open (for export-count checks); release() once."""
 
     def __init__(self, obj, flags):
-        self.view = Py_buffer()
+        self._padded = _Padded()
+        self.view = self._padded.view
         _api.PyObject_GetBuffer(obj, ctypes.byref(self.view), flags)
         self.open = True
 

@@ -199,16 +199,18 @@ def is_capsule(obj):
     return type(obj).__name__ == "PyCapsule"
 
 
-def read_capsule(cap):
+def read_capsule(cap, any_name=False, versioned=None):
     """Everything a DLPack capsule holds, read without consuming it: a dict
     with name, versioned, version, flags, device, ndim, dtype, shape,
     strides (None when NULL), byte_offset, data, has_deleter, tensor (the
     DLTensor), managed (the managed struct) and address. Raises ValueError
-    when the capsule has no DLPack name or a NULL pointer."""
+    when the capsule has no DLPack name (unless any_name: the kit's broken
+    consumers read used capsules on purpose) or a NULL pointer."""
     name = _api.PyCapsule_GetName(cap)
-    if name not in (b"dltensor", b"dltensor_versioned"):
+    if name not in (b"dltensor", b"dltensor_versioned") and not any_name:
         raise ValueError(f"capsule named {name!r}, not 'dltensor' or 'dltensor_versioned'")
-    versioned = name == b"dltensor_versioned"
+    if versioned is None:
+        versioned = name.endswith(b"_versioned")  # (any_name: used_dltensor_versioned too)
     addr = _api.PyCapsule_GetPointer(cap, name)
     if not addr:
         raise ValueError(f"capsule {name!r} holds a NULL pointer")

@@ -232,6 +232,7 @@ class _Ctx:
         self.report, self.spec, self.obj, self.repro = report, spec, obj, repro
         self.full = None  # the PyBUF_FULL_RO answer, when there is one
         self.known_readonly = spec.readonly
+        self.device_memory = False  # set by check_device: never read it from the host
 
     @property
     def host(self):
@@ -257,16 +258,17 @@ class _Ctx:
         self.report.skipped(rid, reason)
 
 
-def _ask(obj, req):
+def _ask(obj, req, gather=True):
     try:
-        return C.getbuffer(obj, req), None
+        return C.getbuffer(obj, req, gather), None
     except Exception as e:  # noqa: BLE001 - which exception it was is the point
         return None, e
 
 
 def check_buffer(c: _Ctx):
     obj, spec = c.obj, c.spec
-    full, err = _ask(obj, C.PyBUF_FULL_RO)
+    gather = not c.device_memory  # (answered wrongly, device memory must not be read)
+    full, err = _ask(obj, C.PyBUF_FULL_RO, gather)
     bp_rules = (BP_ANSWER, BP_REFUSE, BP_WRITABLE, BP_ERROR, BP_SATISFIABLE, BP_SIMPLE_FORMAT,
                 BP_FORMAT, BP_VALUES, BP_EXPORTS)
     if err is not None:
@@ -322,7 +324,7 @@ def check_buffer(c: _Ctx):
     c_ok = C.is_contiguous(shape, st, full.itemsize, "C")
     f_ok = C.is_contiguous(shape, st, full.itemsize, "F")
     for req in C.ALL_REQUESTS:
-        ans, e = _ask(obj, req)
+        ans, e = _ask(obj, req, gather)
         name = C.request_name(req)
         ask_line = f"devbuf.check.getbuffer(obj, {hex(req)})  # {name}"
         meetable = True
@@ -348,6 +350,8 @@ def check_buffer(c: _Ctx):
             c.fail(BP_ERROR, f"{name} raised {type(e).__name__} ({e}), not BufferError",
                    ["import devbuf.check", ask_line])
             continue
+        if e is not None:
+            c.ok(BP_ERROR)
         flat_format = req & C.PyBUF_FORMAT and not req & C.PyBUF_ND
         if flat_format:
             if ans is not None and ans.format not in (None, b"B"):
@@ -472,7 +476,7 @@ def _dlpack(obj, **kw):
         return None, e
 
 
-def _dl_values_problem(info, spec):
+def _dl_values_problem(info, spec, readable=True):
     dt = spec.np_dtype
     want_dtype = _dl_dtype(dt)
     if want_dtype is not None and info["dtype"] != want_dtype:
@@ -481,8 +485,8 @@ def _dl_values_problem(info, spec):
         return f"shape is NULL with ndim {info['ndim']}"
     if info["shape"] != spec.shape:
         return f"shape {info['shape']}, the array's is {spec.shape}"
-    if info["device"][0] not in (D.KDLCPU, D.KDLCUDAHOST):
-        return None  # not readable here; the device check covers it
+    if info["device"][0] not in (D.KDLCPU, D.KDLCUDAHOST) or not readable:
+        return None  # not readable here; the device checks cover it
     n = int(np.prod(spec.shape, dtype=np.int64))
     if n == 0:
         return None
@@ -591,7 +595,7 @@ def check_dlpack(c: _Ctx):
     else:
         c.ok(DL_DEVICE)
     # -- values ----------------------------------------------------------------------------
-    problem = _dl_values_problem(info, spec)
+    problem = _dl_values_problem(info, spec, not c.device_memory)
     if problem:
         c.fail(DL_VALUES, problem, ["import numpy as np", "print(np.from_dlpack(obj))"])
     else:
@@ -651,7 +655,7 @@ def _check_copies(c, info, dev):
                    f"{spec.shape}: a fresh copy is packed, so strides that are not a dense "
                    "layout (the source's?) reach past it", [line])
         else:
-            problem = _dl_values_problem(ci, spec)
+            problem = _dl_values_problem(ci, spec, not c.device_memory)
             if problem:
                 c.fail(DL_COPY, "copy=True: " + problem, [line])
             else:
@@ -939,20 +943,25 @@ def check_device(c: _Ctx):
                f"request) raised {type(e).__name__}: {e}", ["import devbuf; devbuf.view(obj)"])
         return
     with v:
-        host = not v.is_device or v.host_accessible
-        if v.is_device and not v.host_accessible:
+        try:
+            host = not v.is_device or v.host_accessible
+        except devbuf.Error:  # an identifier no plugin knows: the host must not read it
+            host = False
+        c.device_memory = not host
+        if not host:
             if plain_ok:
                 c.fail(DX_PLAIN, f"memory on {v.identifier}, which the host cannot read, was "
                        "answered to a plain request", ["memoryview(obj)  # should raise"])
             else:
                 c.ok(DX_PLAIN)
-        if host and c.full is not None:
-            same = (v.shape == c.full.shape and v.itemsize == c.full.itemsize and
-                    (c.full.strides is None or v.strides == c.full.strides))
+        plain, _ = _ask(obj, C.PyBUF_FULL_RO, gather=False)
+        if host and plain is not None:
+            same = (v.shape == plain.shape and v.itemsize == plain.itemsize and
+                    (plain.strides is None or v.strides == plain.strides))
             if not same:
                 c.fail(DX_ADVERTISED, f"the PyBUF_DEVICE answer (shape {v.shape}, strides "
-                       f"{v.strides}) differs from the plain one (shape {c.full.shape}, "
-                       f"strides {c.full.strides})")
+                       f"{v.strides}) differs from the plain one (shape {plain.shape}, "
+                       f"strides {plain.strides})")
                 return
         c.ok(DX_ADVERTISED)
 
@@ -1000,6 +1009,8 @@ def producer(factory, *, cases=None, dtypes=None, name=None, source=None, read=N
             continue
         made += 1
         c = _Ctx(rep, spec, obj, source)
+        if "device" in checks:  # first: it finds out whether the host may read obj
+            check_device(c)
         if "buffer" in checks:
             check_buffer(c)
         if "dlpack" in checks:
@@ -1010,8 +1021,6 @@ def producer(factory, *, cases=None, dtypes=None, name=None, source=None, read=N
             check_arrow(c)
         if "pickle" in checks:
             check_pickle(c, read)
-        if "device" in checks:
-            check_device(c)
         del obj, c
     rep.notes.append(f"{made} arrays made, {unsupported} specs not offered by the factory")
     for msg, specs in errors.items():
