@@ -167,3 +167,34 @@ def test_pytest_plugin_from_an_outside_project(devbuf_env, tmp_path):
     assert "1 failed, 3 passed" in out, out
     assert "test_a_broken_library_fails" in out and "FAIL bp.values" in out, out
     assert "devbuf.check: devbuf" in out  # the report header
+
+
+# ---- scripts/conformance_report.py: the CI stage's comparison ------------------------------------
+
+def test_report_check_notices_new_and_fixed_failures(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "conformance_report.py"
+    spec = importlib.util.spec_from_file_location("conformance_report", path)
+    cr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cr)
+    t = kit.Target("fake", "1", {})
+    rep = kit.producer(lambda s: np.zeros(s.shape, s.np_dtype), name="fake.zeros",
+                       cases=[ArraySpec("int32", (3,))], checks=("buffer",))
+    good = kit.producer(lambda s: devbuf.from_host(s.numpy()), name="devbuf.ok",
+                        cases=[ArraySpec("int32", (3,))], checks=("buffer",))
+    monkeypatch.setattr(cr, "run", lambda: ({"fake": (t, [rep]), "devbuf": (t, [good])}, {}))
+    doc = tmp_path / "report.md"
+    doc.write_text(f"# triage\n\n{cr.BEGIN}\n{cr.END}\n")
+    monkeypatch.setattr(cr, "DOC", doc)
+    monkeypatch.setattr(cr, "ROOT", tmp_path)
+    assert cr.main(["--write"]) == 0
+    assert "fake.zeros\tbp.values" in doc.read_text() and doc.read_text().startswith("# triage")
+    assert cr.main(["--check"]) == 0
+    doc.write_text(doc.read_text().replace("fake.zeros\tbp.values", "fake.zeros\tbp.fixed_meanwhile"))
+    assert cr.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "NEW failure" in err and "bp.values" in err and "no longer fails" in err
+    # devbuf's own types failing is always an error
+    monkeypatch.setattr(cr, "run", lambda: ({"devbuf": (t, [rep])}, {}))
+    assert cr.main(["--write"]) == 1

@@ -7,7 +7,9 @@ it finds with the ArraySpec the object was made from.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import pickle
 import struct
 import sys
@@ -199,13 +201,27 @@ def _dense(shape, strides):
     return True
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """No automatic collection while a reference count is compared: it could
+    free unrelated garbage (an old traceback) that held the object."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _refcount_settles(obj, fn):
     """Run fn() and say by how much obj's reference count moved. (No gc.collect:
     capsules and exports are freed by reference counting, and a collection per
     case would cost more than all the checks in a big process.)"""
-    before = sys.getrefcount(obj)
-    fn()
-    return sys.getrefcount(obj) - before
+    with _no_gc():
+        before = sys.getrefcount(obj)
+        fn()
+        return sys.getrefcount(obj) - before
 
 
 def to_numpy(x):
@@ -435,9 +451,10 @@ def _check_exports(c: _Ctx):
             h.release()
         return during
 
-    before = sys.getrefcount(obj)
-    during = hold_and_release()
-    after = sys.getrefcount(obj)
+    with _no_gc():
+        before = sys.getrefcount(obj)
+        during = hold_and_release()
+        after = sys.getrefcount(obj)
     if after != before:
         c.fail(BP_EXPORTS, f"{len(held)} exports taken and released changed the exporter's "
                f"reference count by {after - before}",
