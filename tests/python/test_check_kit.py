@@ -191,7 +191,8 @@ def test_report_check_notices_new_and_fixed_failures(tmp_path, monkeypatch, caps
     assert cr.main(["--write"]) == 0
     assert "fake.zeros\tbp.values" in doc.read_text() and doc.read_text().startswith("# triage")
     assert cr.main(["--check"]) == 0
-    doc.write_text(doc.read_text().replace("fake.zeros\tbp.values", "fake.zeros\tbp.fixed_meanwhile"))
+    doc.write_text(doc.read_text().replace("fake.zeros\tbp.values",
+                                           "fake.zeros\tbp.fixed_meanwhile"))
     assert cr.main(["--check"]) == 1
     err = capsys.readouterr().err
     assert "NEW failure" in err and "bp.values" in err and "no longer fails" in err

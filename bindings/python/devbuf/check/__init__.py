@@ -39,8 +39,9 @@ def run_target(t, *, consumers=True):
     for label, factory in t.factories.items():
         reports.append(producer(factory, name=label, cases=t.cases, dtypes=t.dtypes))
     if consumers:
-        for label, (fn, protocol, *read) in t.consumers.items():
-            reports.append(consumer(fn, protocol, name=label, read=read[0] if read else None))
+        for label, (fn, protocol, *more) in t.consumers.items():
+            kw = more[0] if more else {}
+            reports.append(consumer(fn, protocol, name=label, **kw))
     return reports
 
 

@@ -94,12 +94,14 @@ def _writable_alias(result, src):
     return not m.readonly and np.may_share_memory(np.asarray(m), src)
 
 
-def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "float64")):
+def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "float64"),
+             setup=""):
     """Feed consumer `fn` devbuf's adversarial producers through `protocol`
     ("dlpack" or "buffer") and return a Report. `read(result, spec)` turns what
     fn returned into a NumPy array of spec's values (default: DLPack, then the
     buffer protocol; a consumer that returns flat bytes passes one that
-    reinterprets them with spec.np_dtype and spec.shape)."""
+    reinterprets them with spec.np_dtype and spec.shape). `setup` is the
+    import line the reproducers need to call fn by `name`."""
     import devbuf
     if protocol not in ("dlpack", "buffer"):
         raise ValueError(f"protocol must be 'dlpack' or 'buffer', not {protocol!r}")
@@ -109,7 +111,8 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
     call = f"{label}(producer)"
 
     def repro(spec, make):
-        return (f"from devbuf.check import ArraySpec\nimport devbuf, numpy as np\n"
+        head = "import devbuf, devbuf.check, numpy as np\nfrom devbuf.check import ArraySpec\n"
+        return (head + (setup + "\n" if setup else "") +
                 f"spec = {spec}\nproducer = {make}\nresult = {call}")
 
     def feed(rid, spec, producer, make, *, must_accept=False, device=False):

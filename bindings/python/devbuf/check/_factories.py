@@ -156,7 +156,8 @@ def pyarrow_target():
                                    np.asarray(t), name="pyarrow.Tensor"),
         "pyarrow.Array": _factory(array, array_src, read=lambda a: a.to_numpy(
             zero_copy_only=False), name="pyarrow.Array")},
-        consumers={"pa.py_buffer": (pa.py_buffer, "buffer", _flat_read)})
+        consumers={"pa.py_buffer": (pa.py_buffer, "buffer", {
+            "read": _flat_read, "setup": "import pyarrow as pa"})})
 
 
 def nanoarrow_target():
@@ -183,7 +184,8 @@ def nanoarrow_target():
         "nanoarrow.Array": _factory(array, src("na.Array"), read=lambda a: np.asarray(
             a.to_pylist()), name="nanoarrow.Array"),
         "nanoarrow.c_buffer": _factory(buffer, src("na.c_buffer"), name="nanoarrow.c_buffer")},
-        consumers={"na.c_buffer": (na.c_buffer, "buffer", _flat_read)})
+        consumers={"na.c_buffer": (na.c_buffer, "buffer", {
+            "read": _flat_read, "setup": "import nanoarrow as na"})})
 
 
 def array_api_strict_target():
@@ -197,7 +199,8 @@ def array_api_strict_target():
         "array_api_strict.Array": _factory(
             make, _np_src("import array_api_strict as xp\nobj = xp.asarray(a)"),
             read=lambda x: np.asarray(x._array), name="array_api_strict.Array")},
-        consumers={"xp.from_dlpack": (xp.from_dlpack, "dlpack")})
+        consumers={"xp.from_dlpack": (xp.from_dlpack, "dlpack", {
+            "setup": "import array_api_strict as xp"})})
 
 
 def jax_target():
@@ -218,7 +221,9 @@ def jax_target():
         "jax.Array": _factory(make, _np_src("import jax.numpy as jnp\nobj = jnp.asarray(a)"),
                               read=np.asarray, name="jax.Array")},
         note="jax_enable_x64 on, CPU backend",
-        consumers={"jnp.from_dlpack": (jnp.from_dlpack, "dlpack")})
+        consumers={"jnp.from_dlpack": (jnp.from_dlpack, "dlpack", {
+            "setup": "import jax; jax.config.update('jax_enable_x64', True)\n"
+                     "import jax.numpy as jnp"})})
 
 
 def devbuf_target():

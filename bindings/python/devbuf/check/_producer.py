@@ -342,7 +342,7 @@ def check_buffer(c: _Ctx):
     for req in C.ALL_REQUESTS:
         ans, e = _ask(obj, req, gather)
         name = C.request_name(req)
-        ask_line = f"devbuf.check.getbuffer(obj, {hex(req)})  # {name}"
+        ask_line = f"print(devbuf.check.getbuffer(obj, {hex(req)}).as_dict())  # {name}"
         meetable = True
         if req & C.PyBUF_WRITABLE and full.readonly:
             if ans is not None:
@@ -640,7 +640,8 @@ def check_dlpack(c: _Ctx):
             elif cap2 is None and not isinstance(e2, (BufferError, ValueError,
                                                       NotImplementedError)):
                 c.fail(DL_DL_DEVICE, f"dl_device={other} raised {type(e2).__name__} ({e2}), "
-                       "not BufferError or ValueError")
+                       "not BufferError or ValueError",
+                       [f"obj.__dlpack__(max_version=(1, 0), dl_device={other})"])
             else:
                 c.ok(DL_DL_DEVICE)
         # -- copies --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -45,6 +46,13 @@ def rule(id, role, spec, section, text):
         raise ValueError(f"rule {id} defined twice")
     RULES[id] = Rule(id, role, spec, section, text)
     return id
+
+
+def _kind(reason):
+    """A failure's kind: its reason without request names, numbers and quoted
+    values, so that 'also:' lines show different problems, not the same one
+    at other sizes."""
+    return re.sub(r"PyBUF_[A-Z_|]+|\d+|'[^']*'|\([^)]*\)", "#", reason)
 
 
 @dataclasses.dataclass
@@ -88,9 +96,9 @@ class Report:
         r.failed += 1
         if r.status != FAIL:  # the first failure is the one reported
             r.status, r.reason, r.case, r.reproducer = FAIL, reason, case, reproducer
-        elif reason != r.reason and len(r.others) < 6 and \
-                all(reason != o for o, _ in r.others):
-            r.others.append((reason, case))  # and a few different ones
+        elif len(r.others) < 3 and all(_kind(reason) != _kind(o)
+                                       for o, _ in r.others + [(r.reason, None)]):
+            r.others.append((reason, case))  # and a few failures of another kind
 
     def skipped(self, rule_id, reason):
         r = self.results[rule_id]
