@@ -199,3 +199,12 @@ def test_report_check_notices_new_and_fixed_failures(tmp_path, monkeypatch, caps
     # devbuf's own types failing is always an error
     monkeypatch.setattr(cr, "run", lambda: ({"devbuf": (t, [rep])}, {}))
     assert cr.main(["--write"]) == 1
+
+
+def test_docs_list_every_rule_and_only_those():
+    import pathlib
+    import re
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "conformance-kit.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z]+\.[a-z_]+)` \|", doc, re.M))
+    rules = set(kit.RULES)
+    assert listed == rules, (sorted(rules - listed), sorted(listed - rules))
