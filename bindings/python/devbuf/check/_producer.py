@@ -559,7 +559,7 @@ def check_dlpack(c: _Ctx):
             c.fail(DL_READONLY, "a read-only array went out in a legacy capsule, which has no "
                    "read-only flag: a consumer may write to it",
                    ["cap = obj.__dlpack__()  # should raise BufferError"])
-    elif readonly:
+    elif readonly and versioned is not None:
         c.ok(DL_READONLY)  # refused: the legacy form cannot say read-only
     old, oe = _dlpack(obj, max_version=(0, 8))
     if old is not None and D.capsule_name(old) != "dltensor":
