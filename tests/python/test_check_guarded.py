@@ -356,7 +356,7 @@ def naive_from_dlpack(p, *, brk=None):
     if brk != "keepalive":
         h.keep = (p, cap)
     deleter, addr = info["managed"].deleter, info["address"]
-    if brk != "release":
+    if brk not in ("release", "rename"):  # (not renamed: the capsule's destructor deletes)
         if brk == "keepalive":
             deleter(addr)  # lets go at once
         else:
