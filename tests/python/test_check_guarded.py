@@ -65,9 +65,8 @@ def test_the_unbroken_exporter_passes_every_buffer_rule():
 
 # ---- DLPack: NumPy arrays whose capsules are spoiled one way at a time ----------------------
 
-_api = ctypes.pythonapi
-_api.PyCapsule_SetDestructor.restype = ctypes.c_int
-_api.PyCapsule_SetDestructor.argtypes = [ctypes.py_object, ctypes.c_void_p]
+_set_destructor = C._Api.make("PyCapsule_SetDestructor", ctypes.c_int, ctypes.py_object,
+                              ctypes.c_void_p)
 
 
 class DL(np.ndarray):
@@ -107,7 +106,7 @@ class DL(np.ndarray):
             if brk == "values" and t.ndim:
                 t.shape = None
         if brk == "deleter":
-            _api.PyCapsule_SetDestructor(cap, None)  # dropped unconsumed: never deleted
+            _set_destructor(cap, None)  # dropped unconsumed: never deleted
         return cap
 
     def __dlpack_device__(self):

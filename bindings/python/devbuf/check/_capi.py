@@ -61,15 +61,22 @@ class _Padded(Structure):
     _fields_ = [("view", Py_buffer), ("pad", ctypes.c_char * 64)]
 
 
-_api = ctypes.pythonapi
-_api.PyObject_GetBuffer.restype = c_int
-_api.PyObject_GetBuffer.argtypes = [py_object, POINTER(Py_buffer), c_int]
-_api.PyBuffer_Release.restype = None
-_api.PyBuffer_Release.argtypes = [POINTER(Py_buffer)]
-_api.PyCapsule_GetName.restype = c_char_p
-_api.PyCapsule_GetName.argtypes = [py_object]
-_api.PyCapsule_GetPointer.restype = c_void_p
-_api.PyCapsule_GetPointer.argtypes = [py_object, c_char_p]
+class _Api:
+    """Private prototypes of the C API calls the kit makes. Never the shared
+    ctypes.pythonapi attributes: another module (a test suite) setting their
+    argtypes to its own Py_buffer class would break every call here."""
+
+    @staticmethod
+    def make(name, restype, *argtypes):
+        return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+_api = _Api()
+_api.PyObject_GetBuffer = _Api.make("PyObject_GetBuffer", c_int, py_object, POINTER(Py_buffer),
+                                    c_int)
+_api.PyBuffer_Release = _Api.make("PyBuffer_Release", None, POINTER(Py_buffer))
+_api.PyCapsule_GetName = _Api.make("PyCapsule_GetName", c_char_p, py_object)
+_api.PyCapsule_GetPointer = _Api.make("PyCapsule_GetPointer", c_void_p, py_object, c_char_p)
 
 
 class Answer:

@@ -14,6 +14,8 @@ import ctypes
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
                     c_uint8, c_uint16, c_uint32, c_uint64, c_void_p, py_object)
 
+from ._capi import _Api
+
 
 class DLDevice(Structure):
     _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
@@ -43,18 +45,14 @@ class DLManagedTensorVersioned(Structure):
 
 assert ctypes.sizeof(DLTensor) == 48 and DLManagedTensorVersioned.dl_tensor.offset == 32
 
-_api = ctypes.pythonapi
 CAPSULE_DESTRUCTOR = CFUNCTYPE(None, py_object)
-_api.PyCapsule_New.restype = py_object
-_api.PyCapsule_New.argtypes = [c_void_p, c_char_p, CAPSULE_DESTRUCTOR]
-_api.PyCapsule_IsValid.restype = c_int
-_api.PyCapsule_IsValid.argtypes = [py_object, c_char_p]
-_api.PyCapsule_GetPointer.restype = c_void_p
-_api.PyCapsule_GetPointer.argtypes = [py_object, c_char_p]
-_api.PyCapsule_GetName.restype = c_char_p
-_api.PyCapsule_GetName.argtypes = [py_object]
-_api.PyCapsule_SetName.restype = c_int
-_api.PyCapsule_SetName.argtypes = [py_object, c_char_p]
+_api = _Api()  # private prototypes (see _capi._Api), never ctypes.pythonapi's shared ones
+_api.PyCapsule_New = _Api.make("PyCapsule_New", py_object, c_void_p, c_char_p,
+                               CAPSULE_DESTRUCTOR)
+_api.PyCapsule_IsValid = _Api.make("PyCapsule_IsValid", c_int, py_object, c_char_p)
+_api.PyCapsule_GetPointer = _Api.make("PyCapsule_GetPointer", c_void_p, py_object, c_char_p)
+_api.PyCapsule_GetName = _Api.make("PyCapsule_GetName", c_char_p, py_object)
+_api.PyCapsule_SetName = _Api.make("PyCapsule_SetName", c_int, py_object, c_char_p)
 
 # DLPack 1.x flag bits (dlpack.h) and the device types the kit names.
 FLAG_READ_ONLY = 1 << 0
