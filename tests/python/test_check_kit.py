@@ -124,6 +124,13 @@ def test_cli_factory_form_and_usage_errors(devbuf_env, tmp_path):
     assert "bp.writable_readonly" in run_cli(["--list-rules"], env).stdout
 
 
+def test_cli_skips_a_library_that_imports_too_slowly(devbuf_env):
+    r = run_cli(["--json", "--import-timeout", "0.001", "jax"], devbuf_env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "took over" in d["skipped"]["jax"] and d["reports"] == []
+
+
 def test_cli_consumer_form(devbuf_env):
     r = run_cli(["--consumer", "numpy:from_dlpack", "--protocol", "dlpack"], devbuf_env)
     assert r.returncode == 0, r.stdout[-3000:]
