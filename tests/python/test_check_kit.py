@@ -33,6 +33,15 @@ def test_devbuf_passes_every_rule_it_can_be_asked():
     assert not missing, f"rules no devbuf object was checked against: {sorted(missing)}"
 
 
+def test_request_table_is_cpythons():
+    tb = pytest.importorskip("_testbuffer")
+    names = ("INDIRECT", "STRIDES", "ND", "SIMPLE", "C_CONTIGUOUS", "F_CONTIGUOUS",
+             "ANY_CONTIGUOUS", "FULL", "FULL_RO", "RECORDS", "RECORDS_RO", "STRIDED",
+             "STRIDED_RO", "CONTIG", "CONTIG_RO")
+    assert kit.TEST_BUFFER_REQUESTS == tuple(getattr(tb, "PyBUF_" + n) for n in names)
+    assert len(kit.ALL_REQUESTS) == 28
+
+
 # ---- the known bugs ----------------------------------------------------------------------------
 
 def test_finds_pyarrow_copy_true_keeping_the_old_strides():
