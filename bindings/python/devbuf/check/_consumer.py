@@ -227,22 +227,37 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
         rep.skipped(C_KEEPALIVE, f"refused ({type(e).__name__}: {e})")
         rep.skipped(C_RELEASE, "refused")
     else:
+        # Deterministic, and no read of freed memory: while the kit still holds the
+        # producer, a result that points into its memory must hold an export (a
+        # buffer export, or an unconsumed-then-kept DLPack tensor), or the memory
+        # goes when the caller's last reference does.
         exports = src.exports
-        del src
-        gc.collect()
-        junk = [np.full(64, -1.0) for _ in range(32)]  # reuse what a premature free gave back
+        lo, hi = src.ptr, src.ptr + src.nbytes
         try:
             got = read(result, spec)
-            ok = got.tobytes() == spec.values.tobytes()
+            ptr = got.__array_interface__["data"][0] if got.size else None
         except Exception as e:  # noqa: BLE001
-            ok, got = False, e
-        if ok:
-            rep.passed(C_KEEPALIVE)
+            got, ptr = e, None
+        if ptr is not None and lo <= ptr < hi and exports == 0:
+            rep.failed(C_KEEPALIVE, "the result points into the producer's memory but holds "
+                       "no export of it (buffer released, or DLPack deleter already called): "
+                       "it dangles once the producer's last reference goes", str(spec),
+                       repro(spec, make) + "\nprint(producer.exports)  # 0, and result "
+                       "aliases producer.ptr")
         else:
-            rep.failed(C_KEEPALIVE, f"after the producer's last reference went, the result "
-                       f"read {got!r:.60}", str(spec), repro(spec, make) +
-                       "\ndel producer; import gc; gc.collect(); print(result)")
-        del junk
+            del src  # (alive still if the result holds an export: that is the point)
+            gc.collect()
+            try:
+                got = read(result, spec)
+                ok = same_values(got, spec.values)
+            except Exception as e:  # noqa: BLE001
+                ok, got = False, e
+            if ok:
+                rep.passed(C_KEEPALIVE)
+            else:
+                rep.failed(C_KEEPALIVE, f"after the producer's last reference went, the result"
+                           f" read {got!r:.60}", str(spec), repro(spec, make) +
+                           "\ndel producer; import gc; gc.collect(); print(result)")
         if protocol == "buffer":
             src2 = devbuf.from_host(spec.numpy())
             r2 = fn(src2)
