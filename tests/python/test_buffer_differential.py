@@ -28,15 +28,9 @@ import devbuf
 
 tb = pytest.importorskip("_testbuffer", reason="this Python ships no _testbuffer")
 
-# ---- what test_buffer.py requests ------------------------------------------------
-REQUESTS = (
-    tb.PyBUF_INDIRECT, tb.PyBUF_STRIDES, tb.PyBUF_ND, tb.PyBUF_SIMPLE,
-    tb.PyBUF_C_CONTIGUOUS, tb.PyBUF_F_CONTIGUOUS, tb.PyBUF_ANY_CONTIGUOUS,
-    tb.PyBUF_FULL, tb.PyBUF_FULL_RO, tb.PyBUF_RECORDS, tb.PyBUF_RECORDS_RO,
-    tb.PyBUF_STRIDED, tb.PyBUF_STRIDED_RO, tb.PyBUF_CONTIG, tb.PyBUF_CONTIG_RO,
-)
-REAL_FLAGS = (0, tb.PyBUF_WRITABLE, tb.PyBUF_FORMAT, tb.PyBUF_WRITABLE | tb.PyBUF_FORMAT)
-ALL_REQUESTS = tuple(sorted({r | b for r in REQUESTS for b in REAL_FLAGS}))
+# ---- what test_buffer.py requests (the table lives in the conformance kit) ----------
+# (15 requests x {0, WRITABLE, FORMAT, WRITABLE|FORMAT}: 28 distinct flag sets)
+from devbuf.check._capi import ALL_REQUESTS  # noqa: E402
 
 # ---- sources, as test_buffer.py builds them --------------------------------------
 ITEMS_FMT = (
