@@ -126,7 +126,7 @@ build_devbuf() {
       "$@" >"$build.cmake.log" 2>&1 || { tail -30 "$build.cmake.log"; return 1; }
   fi
   cmake --build "$build" -j"$JOBS" --target devbuf_python devbuf_pyplugin devbuf_consumer \
-    devbuf_capi_consumer >"$build.log" 2>&1 || { grep -E 'error|warning' "$build.log" | head -30; tail -20 "$build.log"; return 1; }
+    devbuf_capi_consumer devbuf_broken >"$build.log" 2>&1 || { grep -E 'error|warning' "$build.log" | head -30; tail -20 "$build.log"; return 1; }
 }
 
 T0=$(date +%s)
@@ -149,7 +149,7 @@ if has_step tests; then
   # The GIL must stay off by itself: no PYTHON_GIL here, warnings are errors.
   if env -u PYTHON_GIL PYTHONPATH="$OUT/build-t/python:$OUT/build-t/python_tests" "$PYT" -W error -c '
 import sys, devbuf, devbuf._devbuf
-import devbuf_consumer, devbuf_capi_consumer
+import devbuf_consumer, devbuf_capi_consumer, devbuf_broken, devbuf.check
 mods = [m for m in sys.modules if m.startswith("devbuf")]
 assert not sys._is_gil_enabled(), "the GIL was enabled by importing " + ", ".join(mods)
 print("imported", len(mods), "devbuf modules; GIL still off")

@@ -171,6 +171,14 @@ PyMODINIT_FUNC PyInit_devbuf_broken(void) {
     return NULL;
   m = PyModule_Create(&moduledef);
   if (m == NULL) return NULL;
+#ifdef Py_GIL_DISABLED
+  /* No module state; each exporter object is made and used by one check on
+   * one thread, so nothing here is shared between threads. */
+  if (PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+#endif
   Py_INCREF(&Exporter_Type);
   Py_INCREF(&DeviceExporter_Type);
   if (PyModule_AddObject(m, "Exporter", (PyObject *)&Exporter_Type) < 0 ||
