@@ -30,6 +30,10 @@ def test_devbuf_passes_every_rule_it_can_be_asked():
     missing = {rid for rid in kit.RULES if not rid.startswith("cai.")} - passed
     if "c.device" in missing or "dx.plain_refused" in missing:
         pytest.skip("devbuf.sim not available")  # the non-host rules need it
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:  # free-threaded 3.13t: no ml_dtypes wheel yet
+        missing.discard("dtypes.format")  # its case's values are a bfloat16 array from ml_dtypes
     assert not missing, f"rules no devbuf object was checked against: {sorted(missing)}"
 
 
@@ -99,11 +103,18 @@ def test_cli_numpy_reports_and_fails(devbuf_env):
 
 def test_cli_json(devbuf_env):
     r = run_cli(["--json", "array_api_strict"], devbuf_env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     d = json.loads(r.stdout)
-    assert d["ok"] and {rep["role"] for rep in d["reports"]} == {"producer", "consumer"}
-    assert all(res["status"] in ("pass", "skip") for rep in d["reports"]
-               for res in rep["results"])
+    assert r.returncode == (0 if d["ok"] else 1), r.stdout[-3000:] + r.stderr
+    assert {rep["role"] for rep in d["reports"]} == {"producer", "consumer"}
+    failing = {res["rule"] for rep in d["reports"] for res in rep["results"]
+               if res["status"] not in ("pass", "skip")}
+    if sys.version_info < (3, 12):
+        # Before PEP 688 an array_api_strict Array has no C-level buffer export.
+        assert d["ok"] and not failing, failing
+    else:
+        # From 3.12 its __buffer__ forwards NumPy's, and with it NumPy's
+        # ValueError for a refused request (docs/conformance-report.md).
+        assert failing <= {"bp.error_type"}, failing
 
 
 def test_cli_factory_form_and_usage_errors(devbuf_env, tmp_path):
