@@ -46,6 +46,7 @@ CONFIGURE_FLAGS=(--disable-gil "${COMMON_FLAGS[@]}")
 # TSan: as CPython's own CI (Tools/tsan/): no mimalloc under TSan is not
 # needed on 3.13t, but pymalloc-free builds keep reports readable.
 TSAN_FLAGS=(--with-thread-sanitizer)
+TSAN_RTDIR="$(clang -print-resource-dir 2>/dev/null)/lib/linux"  # libclang_rt.tsan-x86_64.so
 PASSED=0
 FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
@@ -69,7 +70,13 @@ build_interp() {
   flags=("${CONFIGURE_FLAGS[@]}")
   [ "$v" = tsan ] && flags+=("${TSAN_FLAGS[@]}")
   [ "$v" = d ] && flags=("${COMMON_FLAGS[@]}")
-  want="$(printf '%s ' "${flags[@]}" "$src" | sha256sum | cut -c1-16)"
+  local cc=()
+  # LDFLAGS too: configure adds -fsanitize=thread to the compile flags only ...
+  # The shared TSan runtime (-shared-libsan), so that devbuf's extension and
+  # plugins, which must resolve every symbol when linked, use the same one.
+  [ "$v" = tsan ] && cc=(CC="clang -shared-libsan" CXX="clang++ -shared-libsan"
+    LDFLAGS="-fsanitize=thread -shared-libsan -Wl,-rpath,$TSAN_RTDIR")
+  want="$(printf '%s ' "${flags[@]}" "${cc[@]}" "$src" | sha256sum | cut -c1-16)"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$(interp_of "$v")" ]; then
     echo "== $v: cached ($want)"; return 0
   fi
@@ -79,9 +86,6 @@ build_interp() {
   # Debian's security backports make pyexpat include internal headers;
   # build it as a core module, as cpython-reference.sh does for 3.11.
   printf '*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat\n' >"$tree/Modules/Setup.local"
-  local cc=()
-  # LDFLAGS too: configure adds -fsanitize=thread to the compile flags only ...
-  [ "$v" = tsan ] && cc=(CC=clang CXX=clang++ LDFLAGS=-fsanitize=thread)
   (cd "$tree" && env "${cc[@]}" ./configure --prefix="$prefix" "${flags[@]}" >config.devbuf.log 2>&1) ||
     { tail -30 "$tree/config.devbuf.log"; return 1; }
   # ... and make gets them as well: Debian's Makefile takes LDFLAGS from the
@@ -176,8 +180,11 @@ if has_step tsan; then
   t=$(date +%s)
   if build_interp tsan && make_venv tsan; then
     pass "build CPython 3.13t with ThreadSanitizer ($(( $(date +%s) - t ))s)"
+    tsan_link="-shared-libsan -Wl,-rpath,$TSAN_RTDIR"
     if build_devbuf "$OUT/venv-tsan" "$OUT/build-tsan-py" -DDEVBUF_SANITIZE=thread \
-        -DCMAKE_C_COMPILER=clang -DDEVBUF_WERROR=OFF; then
+        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDEVBUF_WERROR=OFF \
+        -DCMAKE_SHARED_LINKER_FLAGS="$tsan_link" -DCMAKE_MODULE_LINKER_FLAGS="$tsan_link" \
+        -DCMAKE_EXE_LINKER_FLAGS="$tsan_link"; then
       pass "build devbuf -fsanitize=thread for the TSan interpreter"
       log="$OUT/stress-tsan.log"
       if PYTHON_GIL=0 TSAN_OPTIONS="halt_on_error=0 exitcode=66 suppressions=$ROOT/tests/python/tsan-ft.supp" \
