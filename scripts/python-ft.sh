@@ -46,7 +46,6 @@ CONFIGURE_FLAGS=(--disable-gil "${COMMON_FLAGS[@]}")
 # TSan: as CPython's own CI (Tools/tsan/): no mimalloc under TSan is not
 # needed on 3.13t, but pymalloc-free builds keep reports readable.
 TSAN_FLAGS=(--with-thread-sanitizer)
-TSAN_RTDIR="$(clang -print-resource-dir 2>/dev/null)/lib/linux"  # libclang_rt.tsan-x86_64.so
 PASSED=0
 FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
@@ -72,10 +71,12 @@ build_interp() {
   [ "$v" = d ] && flags=("${COMMON_FLAGS[@]}")
   local cc=()
   # LDFLAGS too: configure adds -fsanitize=thread to the compile flags only ...
-  # The shared TSan runtime (-shared-libsan), so that devbuf's extension and
-  # plugins, which must resolve every symbol when linked, use the same one.
-  [ "$v" = tsan ] && cc=(CC="clang -shared-libsan" CXX="clang++ -shared-libsan"
-    LDFLAGS="-fsanitize=thread -shared-libsan -Wl,-rpath,$TSAN_RTDIR")
+  # gcc, whose TSan runtime is a shared library (libtsan.so) for programs and
+  # shared objects alike: devbuf's extension and plugins must resolve every
+  # symbol when linked, and one process must have one runtime. (clang 14
+  # links its runtime statically into programs only, and its shared runtime
+  # crashes at start here, even for an empty main.)
+  [ "$v" = tsan ] && cc=(CC=gcc CXX=g++ LDFLAGS=-fsanitize=thread)
   want="$(printf '%s ' "${flags[@]}" "${cc[@]}" "$src" | sha256sum | cut -c1-16)"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$(interp_of "$v")" ]; then
     echo "== $v: cached ($want)"; return 0
@@ -180,11 +181,8 @@ if has_step tsan; then
   t=$(date +%s)
   if build_interp tsan && make_venv tsan; then
     pass "build CPython 3.13t with ThreadSanitizer ($(( $(date +%s) - t ))s)"
-    tsan_link="-shared-libsan -Wl,-rpath,$TSAN_RTDIR"
     if build_devbuf "$OUT/venv-tsan" "$OUT/build-tsan-py" -DDEVBUF_SANITIZE=thread \
-        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDEVBUF_WERROR=OFF \
-        -DCMAKE_SHARED_LINKER_FLAGS="$tsan_link" -DCMAKE_MODULE_LINKER_FLAGS="$tsan_link" \
-        -DCMAKE_EXE_LINKER_FLAGS="$tsan_link"; then
+        -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DDEVBUF_WERROR=OFF; then
       pass "build devbuf -fsanitize=thread for the TSan interpreter"
       log="$OUT/stress-tsan.log"
       if PYTHON_GIL=0 TSAN_OPTIONS="halt_on_error=0 exitcode=66 suppressions=$ROOT/tests/python/tsan-ft.supp" \
