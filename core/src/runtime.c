@@ -158,8 +158,17 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
     return devbuf_error_set(err, DEVBUF_ENODEV,
                             "plugin %s provides dtype namespaces only: it has no devices",
                             b->name ? b->name : b->path);
+  /* The probe runs with no runtime lock held: a plugin may block on
+   * something the caller's thread holds (a Python plugin's device_count
+   * takes the GIL, and a thread that opens one of its devices holds the GIL
+   * while it waits here), so holding b->lock across the call deadlocked two
+   * threads probing one Python plugin (found by the free-threading stress
+   * suite, on the GIL build). Two threads may both probe a plugin the first
+   * time; the first answer published is the one everybody gets. */
   pthread_mutex_lock(&b->lock);
-  if (!b->count_probed) {
+  int probed = b->count_probed;
+  pthread_mutex_unlock(&b->lock);
+  if (!probed) {
     devbuf_error e;
     devbuf_error_clear(&e);
     int n = 0;
@@ -198,12 +207,18 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
     if (rc != DEVBUF_OK && !e.message[0])
       snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
                devbuf_status_name(rc));
-    /* A negative code breaks the plugin contract: keep statuses positive. */
-    b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (devbuf__status_known(rc) ? rc : DEVBUF_EBACKEND);
-    b->count = rc == DEVBUF_OK ? n : 0;
-    snprintf(b->count_reason, sizeof b->count_reason, "%s", rc == DEVBUF_OK ? "" : e.message);
-    b->count_probed = 1;
+    pthread_mutex_lock(&b->lock);
+    if (!b->count_probed) {
+      /* A negative code breaks the plugin contract: keep statuses positive. */
+      b->count_status =
+          rc == DEVBUF_OK ? DEVBUF_OK : (devbuf__status_known(rc) ? rc : DEVBUF_EBACKEND);
+      b->count = rc == DEVBUF_OK ? n : 0;
+      snprintf(b->count_reason, sizeof b->count_reason, "%s", rc == DEVBUF_OK ? "" : e.message);
+      b->count_probed = 1;
+    }
+    pthread_mutex_unlock(&b->lock);
   }
+  pthread_mutex_lock(&b->lock);
   int rc = b->count_status;
   if (count) *count = b->count;
   pthread_mutex_unlock(&b->lock);
