@@ -39,10 +39,10 @@
  * plugin, identifier and dtype-namespace registries take their own locks
  * for a registration or an unregistration and are read without one
  * (append-only records published with release/acquire atomics). A call into
- * a plugin holds no runtime lock, so a plugin may call back into the
- * runtime, with one exception: a plugin's first device_count (the probe,
- * once per plugin) runs under that plugin's own probe lock, so that two
- * threads probing at once get one answer. A device, stream or event may be used from several threads as
+ * a plugin holds no runtime lock, so a plugin may call back into the runtime
+ * or wait for a lock its caller's thread holds (a Python plugin takes the
+ * GIL). Two threads may both run a plugin's first device_count; the first
+ * answer published is the one every caller gets. A device, stream or event may be used from several threads as
  * far as its plugin allows (devbuf/plugin.h); one devbuf_error per call. */
 #ifndef DEVBUF_RUNTIME_H
 #define DEVBUF_RUNTIME_H
