@@ -129,7 +129,7 @@ for pattern in 'devbuf/__init__\.py' 'devbuf/_devbuf[.].*\.so' 'devbuf/lib/libde
                'devbuf/bin/devbuf-info' 'devbuf/_devbuf_info\.py' 'devbuf/include/devbuf/plugin\.h' \
                'devbuf/lib/cmake/devbuf/devbufConfig\.cmake' 'entry_points\.txt' \
                'devbuf/__init__\.pxd' 'devbuf/include/devbuf_capi\.h' 'devbuf/__main__\.py' \
-               'devbuf/py\.typed' 'devbuf/__init__\.pyi' 'devbuf/_devbuf\.pyi' \
+               'devbuf/py\.typed' 'devbuf/_devbuf\.pyi' \
                'dist-info/licenses/LICENSE$'; do
   grep -E -q "$pattern" <<<"$contents" || die "wheel $(basename "$wheel") has no file matching $pattern"
 done
@@ -164,7 +164,11 @@ step "reproducible: a second build from a copy of the source in another folder"
 copy="$work/a/copy/of/the/source"
 mkdir -p "$copy"
 if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  git -C "$src" ls-files -z -co --exclude-standard | (cd "$src" && xargs -0 cp --parents -t "$copy")
+  # Tracked and new files, not ignored ones; a folder listed (a link to a
+  # venv, a nested checkout) is not source.
+  git -C "$src" ls-files -z -co --exclude-standard \
+    | (cd "$src" && while IFS= read -r -d '' f; do [ -d "$f" ] || printf '%s\0' "$f"; done) \
+    | (cd "$src" && xargs -0 cp --parents -t "$copy")
 else
   tar -C "$src" --exclude='./build*' --exclude=./.venv -cf - . | tar -C "$copy" -xf -
 fi

@@ -13,6 +13,10 @@ scripts/build-manylinux.sh. Standard library and binutils' readelf only.
         the two unpacked wheels hold the same files, byte for byte
     wheel_check.py config DEVBUF_CONFIG PKGDIR
         devbuf-config answers each option with the right, existing folder
+    wheel_check.py retag WHEEL PLATFORM OUTDIR
+        a copy of WHEEL whose platform tag is PLATFORM (WHEEL's Tag lines,
+        RECORD and file name): what a build for another glibc would be
+        named, for scripts/build-manylinux.sh's refusal check
 
 Each prints what is wrong, naming the file, and exits 1.
 """
@@ -146,8 +150,40 @@ def config(exe, pkgdir):
     return 0
 
 
+def retag(wheel, platform, outdir):
+    import base64
+    import hashlib
+    import zipfile
+
+    name = os.path.basename(wheel)
+    stem, _, oldplat = name[:-len(".whl")].rpartition("-")
+    new = os.path.join(outdir, "%s-%s.whl" % (stem, platform))
+    os.makedirs(outdir, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(new, "w", zipfile.ZIP_DEFLATED) as zout:
+        names = zin.namelist()
+        wheel_file = [n for n in names if n.endswith(".dist-info/WHEEL")][0]
+        record = [n for n in names if n.endswith(".dist-info/RECORD")][0]
+        meta = zin.read(wheel_file).decode().replace("-" + oldplat + "\n", "-" + platform + "\n")
+        digest = base64.urlsafe_b64encode(hashlib.sha256(meta.encode()).digest()).rstrip(b"=").decode()
+        rec = []
+        for line in zin.read(record).decode().splitlines():
+            if line.startswith(wheel_file + ","):
+                line = "%s,sha256=%s,%d" % (wheel_file, digest, len(meta.encode()))
+            rec.append(line)
+        for n in names:
+            data = zin.read(n)
+            if n == wheel_file:
+                data = meta.encode()
+            elif n == record:
+                data = ("\n".join(rec) + "\n").encode()
+            zout.writestr(zin.getinfo(n), data)
+    print(new)
+    return 0
+
+
 def main(argv):
-    cmds = {"binaries": binaries, "metadata": metadata, "same": same, "config": config}
+    cmds = {"binaries": binaries, "metadata": metadata, "same": same, "config": config,
+            "retag": retag}
     if not argv or argv[0] not in cmds:
         sys.stderr.write(__doc__)
         return 2
