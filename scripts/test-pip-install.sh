@@ -163,15 +163,7 @@ rm -rf "$work/unpacked-1" && mkdir "$work/unpacked-1" && (cd "$work/unpacked-1" 
 step "reproducible: a second build from a copy of the source in another folder"
 copy="$work/a/copy/of/the/source"
 mkdir -p "$copy"
-if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  # Tracked and new files, not ignored ones; a folder listed (a link to a
-  # venv, a nested checkout) is not source.
-  git -C "$src" ls-files -z -co --exclude-standard \
-    | (cd "$src" && while IFS= read -r -d '' f; do [ -d "$f" ] || printf '%s\0' "$f"; done) \
-    | (cd "$src" && xargs -0 cp --parents -t "$copy")
-else
-  tar -C "$src" --exclude='./build*' --exclude=./.venv -cf - . | tar -C "$copy" -xf -
-fi
+bash "$src/scripts/copy-source.sh" "$src" "$copy"
 start=$(date +%s)
 quiet "$vpy" -m pip wheel --no-deps "${build_flags[@]}" --config-settings=build-dir="$work/build-second-folder" \
   -w "$work/dist-2" "$copy"
