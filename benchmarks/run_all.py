@@ -34,6 +34,8 @@ def bench_list(build, quick, tmp):
     return [
         # (section title, script, argv, output style, json path or None)
         ("Copy bandwidth", "benchmarks/copy/bench_copy.py", q + ["--json", j("copy")], "md", j("copy")),
+        ("Copy into the caller's memory (out=)", "benchmarks/copy/bench_copy_out.py",
+         q + ["--json", j("copy_out")], "md", None),
         ("Format strings", "benchmarks/format/bench_format.py",
          q + ["--lib", os.path.join(build, "lib", "libdevbuf.so")], "md", None),
         ("devbuf-info", "benchmarks/info/bench_info.py",
@@ -56,6 +58,7 @@ def bench_list(build, quick, tmp):
 # they are with a note saying where they come from.
 EXTERNAL = {
     "The device extension inside CPython (issue 25)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
+    "Free-threaded CPython (issue 29)": "FT_BENCH=1 FT_STEPS=bench scripts/python-ft.sh",
 }
 
 

@@ -50,27 +50,9 @@ finish() { echo "cpython-reference: $PASSED passed, $FAILED failed"; exit $((FAI
 mkdir -p "$OUT"
 
 # ---- 1. the source, from Debian's archive, through a private apt config ----
-fetch_source() {
-  local apt="$OUT/apt" mirror
-  if ls -d "$OUT"/src/python3.11-*/ >/dev/null 2>&1; then return 0; fi
-  # The mirror the machine already uses (deb822 .sources or one-line .list).
-  mirror="$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' |
-    grep -v security | head -1)"
-  [ -n "$mirror" ] || mirror="$(grep -h '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-    awk '{print $2}' | grep debian | grep -v security | head -1)"
-  [ -n "$mirror" ] || mirror="http://deb.debian.org/debian"
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$OUT/src"
-  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main" >"$apt/sources.list"
-  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "Debug::NoLocking=1"
-    -o "APT::Sandbox::User=$(id -un)")
-  echo "== apt-get update (private lists in $apt)"
-  apt-get "${opts[@]}" update >"$apt/update.log" 2>&1 || { cat "$apt/update.log"; return 1; }
-  echo "== apt-get source python3.11"
-  (cd "$OUT/src" && apt-get "${opts[@]}" source python3.11 >"$apt/source.log" 2>&1) ||
-    { tail -20 "$apt/source.log"; return 1; }
-  ls -d "$OUT"/src/python3.11-*/ >/dev/null 2>&1
-}
+# shellcheck source=scripts/debian-source.sh
+. "$ROOT/scripts/debian-source.sh"
+fetch_source() { debian_source python3.11 bookworm "$OUT"; }
 
 # ---- 2. one build tree per variant -----------------------------------------
 flags_for() { # $1 = variant: its configure flags, one per line

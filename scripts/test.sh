@@ -33,6 +33,14 @@ PY
     step "third-party suites (NumPy + array API DLPack, CPython struct)"
     DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" \
       .venv/bin/python -m pytest -q tests/python/test_thirdparty_*.py || status=1
+    # The conformance kit (issue 34) on the pinned libraries and on devbuf's own
+    # types: devbuf must pass every rule, and the libraries must fail exactly the
+    # rules docs/conformance-report.md triages (a new failure or an upstream fix
+    # fails the stage until the report is updated). About 15 s.
+    step "conformance kit (devbuf.check: NumPy, ml_dtypes, JAX, pyarrow, nanoarrow, array-api-strict, devbuf)"
+    DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" timeout 300 \
+      .venv/bin/python scripts/conformance_report.py --check --json build/conformance-report.json \
+      || status=1
   else
     status=1
   fi
@@ -41,6 +49,13 @@ PY
   # pyenv's 3.9-3.13, venvs and builds cached under build-matrix/.
   step "CPython matrix (3.9-3.13, fast subset)"
   scripts/test-matrix.sh || status=1
+
+  # Free-threaded CPython 3.13t (issue 29): built from Debian trixie's
+  # python3.13 source (cached under build-ft/; a first run adds about 8
+  # minutes on 2 cores), then devbuf's whole suite and the stress suite with
+  # the GIL off, and a check that importing devbuf leaves it off.
+  step "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)"
+  scripts/python-ft.sh || status=1
 fi
 
 # The GPU check (issue 17) over the fake libcuda, on the plain build just

@@ -61,6 +61,9 @@ const char *devbuf_dlpack_device_type_name(int32_t t) {
     case kDLHexagon: return "kDLHexagon";
     case kDLMAIA: return "kDLMAIA";
     case kDLTrn: return "kDLTrn";
+    case kDLTPU: return "kDLTPU";
+    case kDLTPUHost: return "kDLTPUHost";
+    case kDLAscend: return "kDLAscend";
     default: return "kDL?";
   }
 }
@@ -80,7 +83,8 @@ int devbuf_dlpack_device_to_identifier(DLDevice device, const char **identifier,
   switch (dt) {
     case kDLCPU: id = ID_CPU; f = DEVBUF_DLPACK_HOST_ACCESSIBLE; break;
     case kDLCUDAHost:
-    case kDLROCMHost: id = ID_CPU; f = DEVBUF_DLPACK_HOST_ACCESSIBLE | DEVBUF_DLPACK_PINNED; break;
+    case kDLROCMHost:
+    case kDLTPUHost: id = ID_CPU; f = DEVBUF_DLPACK_HOST_ACCESSIBLE | DEVBUF_DLPACK_PINNED; break;
     case kDLCUDA: id = ID_CUDA; break;
     case kDLCUDAManaged: id = ID_CUDA; f = DEVBUF_DLPACK_HOST_ACCESSIBLE | DEVBUF_DLPACK_MANAGED; break;
     case kDLOpenCL: id = ID_OPENCL; f = DEVBUF_DLPACK_HANDLE; break;
@@ -91,7 +95,8 @@ int devbuf_dlpack_device_to_identifier(DLDevice device, const char **identifier,
       return devbuf_error_set(err, DEVBUF_ENOTSUP,
                               "dlpack: device: DLPack device type %d (%s) has no devbuf device "
                               "identifier (supported: kDLCPU, kDLCUDA, kDLCUDAHost, kDLOpenCL, "
-                              "kDLROCM, kDLROCMHost, kDLExtDev, kDLCUDAManaged, kDLOneAPI)",
+                              "kDLROCM, kDLROCMHost, kDLExtDev, kDLCUDAManaged, kDLOneAPI, "
+                              "kDLTPUHost)",
                               (int)dt, devbuf_dlpack_device_type_name(dt));
   }
   if (device.device_id < 0)
@@ -187,11 +192,15 @@ static const ext_dtype EXT_DTYPES[] = {
   {kDLFloat4_e2m1fn, 4, "float4_e2m1fn", "float4_e2m1fn_x2", 1, 2},
   /* Complex of two float16: NumPy and struct have no plain code for it. */
   {kDLComplex, 32, "complex32", NULL, 0, 0},
+  /* Complex of two bfloat16 (ml_dtypes' bcomplex32, DLPack main's kDLBcomplex). */
+  {kDLBcomplex, 32, "bcomplex32", NULL, 0, 0},
   /* Sub-byte integers (DLPack allows any bits for kDLInt / kDLUInt). */
   {kDLInt, 4, "int4", "int4_x2", 1, 2},
   {kDLUInt, 4, "uint4", "uint4_x2", 1, 2},
   {kDLInt, 2, "int2", "int2_x4", 1, 4},
   {kDLUInt, 2, "uint2", "uint2_x4", 1, 4},
+  {kDLInt, 1, "int1", "int1_x8", 1, 8},
+  {kDLUInt, 1, "uint1", "uint1_x8", 1, 8},
 };
 #define N_EXT (sizeof EXT_DTYPES / sizeof EXT_DTYPES[0])
 

@@ -47,6 +47,10 @@ struct devbuf_backend {
   char count_reason[DEVBUF_ERROR_MESSAGE_SIZE];
 
   devbuf_allocmap allocs;       /* guarded by lock */
+  /* Per device, the alignment mem_alloc's pointers must have (its
+   * alloc_alignment, at least 1), UINT32_MAX when they are handles rather
+   * than addresses, 0 when not yet asked; `count` entries, guarded by lock. */
+  uint32_t *alloc_align;
   /* Streams and events created through the runtime (non-NULL handles),
    * guarded by lock: the default device_info import refuses a handle the
    * plugin never made, and the synchronous defaults of ABI 1.1 check theirs. */

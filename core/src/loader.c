@@ -18,6 +18,9 @@
 #define HEADER_SIZE (offsetof(devbuf_plugin_table, abi_minor) + sizeof(uint16_t))
 #define MAX_NAME 64
 #define MAX_TEXT 256
+/* Beyond these, the first bytes are not a devbuf table header at all. */
+#define DEVBUF_PLUGIN_TABLE_PLAUSIBLE_MAX (1u << 20)
+#define DEVBUF_PLUGIN_ABI_PLAUSIBLE_MAX 255
 
 static devbuf_backend *new_record(const char *path, const char *source) {
   devbuf_backend *b = calloc(1, sizeof *b);
@@ -118,6 +121,58 @@ static const void *slot_value(const devbuf_plugin_table *t, size_t i) {
 
 static int is_own_plugin(const char *path);
 
+/* A table string that lies inside memory this record allocated after the
+ * table was handed over was freed by then (a Rust CString dropped when the
+ * entry function returned, a C buffer on the entry's stack): the allocator
+ * gave its bytes to the loader, and the plugin's "version" read
+ * "DEVBUF_PLUGINS", the loader's own copy of the record's source (issue 30).
+ * Pointer comparisons only: nothing is read through `p`. Returns what the
+ * memory belongs to, or NULL. */
+static const char *record_alias(const devbuf_backend *b, const void *p) {
+  const char *q = p;
+  const char *const mine[] = {b->path, b->source, b->reason, b->name};
+  const char *const what[] = {"its file path", "its source", "its reason", "its name"};
+  for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+    if (mine[i] != NULL && q >= mine[i] && q <= mine[i] + strlen(mine[i])) return what[i];
+  if (b->identifiers != NULL && q >= (const char *)b->identifiers &&
+      q < (const char *)(b->identifiers + 1))
+    return "its identifier list";
+  return NULL;
+}
+
+static int fail_dangling(devbuf_backend *b, size_t *index, devbuf_error *err, const char *path,
+                         const char *field, const char *p, const char *owner) {
+  return fail_record(b, DEVBUF_EABI, index, err,
+                     "%s: table '%s' points at memory devbuf allocated after the plugin handed "
+                     "over its table (it now reads '%.40s', devbuf's copy of %s): the string was "
+                     "freed, a dangling pointer; table strings must stay valid until shutdown "
+                     "(static storage: a C string literal, a Rust c\"...\" literal, not "
+                     "CString::new(...).as_ptr() of a temporary)",
+                     path, field, p, owner);
+}
+
+/* Does the string `s` (len bytes, already read) run into another of the
+ * table's strings? A string missing its terminating NUL (a Rust "x" literal
+ * is not NUL-terminated) reads on into whatever the linker placed after it,
+ * typically the next literal: an identifier "rustdev.host" became
+ * "rustdev.host0.1.0" (issue 30). A linker may also share a string's tail
+ * legitimately ("sim" inside "devbuf.sim"), so only a string that starts
+ * inside `s` after a letter or digit counts. Pointer comparisons only. */
+static const char *runs_into(const char *s, size_t len, const char *const *others,
+                             const char *const *names, size_t n, size_t *at) {
+  for (size_t i = 0; i < n; i++) {
+    const char *o = others[i];
+    if (o == NULL || o == s || o <= s || o >= s + len) continue;
+    unsigned char before = (unsigned char)o[-1];
+    int joined = (before >= '0' && before <= '9') || (before >= 'a' && before <= 'z') ||
+                 (before >= 'A' && before <= 'Z');
+    if (!joined || s + len - o < 3) continue; /* "1" may well end "cuda1" */
+    *at = (size_t)(o - s);
+    return names[i];
+  }
+  return NULL;
+}
+
 /* Is this plugin allowed to claim the reserved identifier "cpu"? Only devbuf's
  * own cpu plugin, found in devbuf's own plugin directory. */
 static int may_claim_cpu(const devbuf_backend *b) {
@@ -140,6 +195,26 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   }
   /* Read the size before anything else, and nothing past it. */
   uint32_t size = table->struct_size;
+  /* A table laid out otherwise than plugin.h (a Rust struct without
+   * #[repr(C)] puts a pointer first) reads as half a pointer: "ABI 32762.0,
+   * rebuild" would send the author the wrong way (issue 30). Real tables are
+   * a few hundred bytes (a future one, a few KiB) and real majors small. */
+  if (size > DEVBUF_PLUGIN_TABLE_PLAUSIBLE_MAX || table->abi_major == 0 ||
+      table->abi_major > DEVBUF_PLUGIN_ABI_PLAUSIBLE_MAX) {
+    b->abi_major = table->abi_major;
+    b->abi_minor = table->abi_minor;
+    char what[96];
+    if (size > DEVBUF_PLUGIN_TABLE_PLAUSIBLE_MAX)
+      snprintf(what, sizeof what, "struct_size %u is implausible", (unsigned)size);
+    else
+      snprintf(what, sizeof what, "abi_major %u is implausible", (unsigned)table->abi_major);
+    rc = fail_record(b, DEVBUF_EABI, index, err,
+                     "%s: this is not a devbuf plugin table (%s; is the table laid out as in "
+                     "plugin.h, e.g. #[repr(C)]? it must start with uint32_t struct_size, "
+                     "uint16_t abi_major = %d, uint16_t abi_minor)",
+                     path, what, DEVBUF_ABI_MAJOR);
+    goto fail;
+  }
   if (size < HEADER_SIZE) {
     rc = fail_record(b, DEVBUF_EABI, index, err,
                      "%s: table struct_size %u is too small to hold even the ABI header "
@@ -177,6 +252,11 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   b->table.struct_size = (uint32_t)keep;
   const devbuf_plugin_table *t = &b->table;
 
+  const char *alias = record_alias(b, t->name);
+  if (alias != NULL) {
+    rc = fail_dangling(b, index, err, path, "name", t->name, alias);
+    goto fail;
+  }
   if (!devbuf__printable(t->name, MAX_NAME) || t->name[0] == '\0') {
     rc = fail_record(b, DEVBUF_EABI, index, err,
                      "%s: table 'name' is NULL, empty, non-printable or longer than %d bytes",
@@ -184,10 +264,33 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
     goto fail;
   }
   b->name = devbuf__strdup(t->name);
+  if ((alias = record_alias(b, t->version)) != NULL) {
+    rc = fail_dangling(b, index, err, path, "version", t->version, alias);
+    goto fail;
+  }
   if (!devbuf__printable(t->version, MAX_NAME)) {
     rc = fail_record(b, DEVBUF_EABI, index, err,
                      "%s (%s): table 'version' is NULL, non-printable or too long", path, b->name);
     goto fail;
+  }
+  {
+    /* name or version missing its NUL, read into the other (see runs_into). */
+    const char *const strs[2] = {t->name, t->version};
+    const char *const snames[2] = {"name", "version"};
+    for (int k = 0; k < 2; k++) {
+      const char *others[2] = {strs[1 - k], t->description};
+      const char *onames[2] = {snames[1 - k], "description"};
+      size_t at = 0;
+      const char *into = runs_into(strs[k], strlen(strs[k]), others, onames, 2, &at);
+      if (into != NULL) {
+        rc = fail_record(b, DEVBUF_EABI, index, err,
+                         "%s: table '%s' reads '%s', which runs into the table's %s ('%s') at "
+                         "byte %zu: it is missing its terminating NUL (C strings end in \\0; in "
+                         "Rust write c\"%.*s\")",
+                         path, snames[k], strs[k], into, strs[k] + at, at, (int)at, strs[k]);
+        goto fail;
+      }
+    }
   }
   b->version = devbuf__strdup(t->version);
   b->description = devbuf__strdup(devbuf__printable(t->description, MAX_TEXT) ? t->description : "");
@@ -253,10 +356,39 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
                        b->name);
       goto fail;
     }
+    if ((alias = record_alias(b, t->identifiers[nids])) != NULL) {
+      char field[32];
+      snprintf(field, sizeof field, "identifiers[%zu]", nids);
+      rc = fail_dangling(b, index, err, path, field, t->identifiers[nids], alias);
+      goto fail;
+    }
     if (devbuf_identifier_check(t->identifiers[nids], &e) != DEVBUF_OK) {
       rc = fail_record(b, DEVBUF_EABI, index, err, "%s (%s): invalid identifier #%zu: %s",
                        path, b->name, nids, e.message);
       goto fail;
+    }
+    {
+      const char *id = t->identifiers[nids];
+      const char *others[3 + 64];
+      const char *onames[3 + 64];
+      char idname[64][24];
+      size_t no = 0, at = 0;
+      others[no] = t->name, onames[no++] = "name";
+      others[no] = t->version, onames[no++] = "version";
+      others[no] = t->description, onames[no++] = "description";
+      for (size_t j = 0; j < nids; j++) {
+        snprintf(idname[j], sizeof idname[j], "identifier #%zu", j);
+        others[no] = t->identifiers[j], onames[no++] = idname[j];
+      }
+      const char *into = runs_into(id, strlen(id), others, onames, no, &at);
+      if (into != NULL) {
+        rc = fail_record(b, DEVBUF_EABI, index, err,
+                         "%s (%s): identifier #%zu reads '%s', which runs into the table's %s "
+                         "('%s') at byte %zu: the identifier is missing its terminating NUL "
+                         "(C strings end in \\0; in Rust write c\"%.*s\" or b\"%.*s\\0\")",
+                         path, b->name, nids, id, into, id + at, at, (int)at, id, (int)at, id);
+        goto fail;
+      }
     }
     for (size_t j = 0; j < nids; j++) {
       if (strcmp(t->identifiers[j], t->identifiers[nids]) == 0) {
@@ -463,10 +595,17 @@ static void add_search(const char *path, const char *source, int is_file) {
   e->exists = stat(path, &st) == 0 && (is_file ? S_ISREG(st.st_mode) : S_ISDIR(st.st_mode));
 }
 
+static int is_plugin_name(const char *name) {
+  size_t n = strlen(name);
+  return strncmp(name, "devbuf_plugin_", 14) == 0 && n > 17 && strcmp(name + n - 3, ".so") == 0;
+}
+
+/* cargo names a cdylib crate `devbuf_plugin_x` libdevbuf_plugin_x.so (and
+ * CMake a library without PREFIX ""): so near the plugin name that skipping
+ * it without a word left authors looking at an empty listing (issue 30). */
 static int plugin_name_filter(const struct dirent *d) {
-  size_t n = strlen(d->d_name);
-  return strncmp(d->d_name, "devbuf_plugin_", 14) == 0 && n > 17 &&
-         strcmp(d->d_name + n - 3, ".so") == 0;
+  return is_plugin_name(d->d_name) ||
+         (strncmp(d->d_name, "lib", 3) == 0 && is_plugin_name(d->d_name + 3));
 }
 
 static void load_dir(const devbuf_search_entry *e) {
@@ -475,7 +614,18 @@ static void load_dir(const devbuf_search_entry *e) {
   if (n < 0) return;
   for (int i = 0; i < n; i++) {
     char *full = devbuf__printf("%s/%s", e->path, list[i]->d_name);
-    if (full) devbuf__load_file(full, e->source, NULL, NULL);
+    if (full && !is_plugin_name(list[i]->d_name)) {
+      devbuf_backend *b = new_record(full, e->source);
+      if (b != NULL)
+        fail_record(b, DEVBUF_ELOAD, NULL, NULL,
+                    "%s: not loaded: a plugin file in a search directory is named "
+                    "devbuf_plugin_*.so, without the 'lib' prefix (cargo and most build systems "
+                    "add it to a shared library): rename or copy it to %s/%s, or list the file "
+                    "itself in DEVBUF_PLUGINS",
+                    full, e->path, list[i]->d_name + 3);
+    } else if (full) {
+      devbuf__load_file(full, e->source, NULL, NULL);
+    }
     free(full);
     free(list[i]);
   }

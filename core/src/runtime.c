@@ -216,6 +216,11 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
                "plugin '%s' reports %d devices, more than devbuf's limit of %d (a broken answer)",
                b->name ? b->name : "?", n, DEVBUF_MAX_DEVICES_PER_PLUGIN);
     }
+    /* A known code with no message still says what happened: "no device: "
+     * with nothing after it left the author guessing (issue 30). */
+    if (rc != DEVBUF_OK && !e.message[0])
+      snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
+               devbuf_status_name(rc));
     /* A negative code breaks the plugin contract: keep statuses positive. */
     b->count_status = rc == DEVBUF_OK ? DEVBUF_OK : (devbuf__status_known(rc) ? rc : DEVBUF_EBACKEND);
     b->count = rc == DEVBUF_OK ? n : 0;

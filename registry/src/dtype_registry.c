@@ -56,6 +56,9 @@ static const builtin_type BUILTIN[] = {
     {"int2", K_I, 1, 1, 2, DEVBUF_DLDT_INT, ""},
     {"uint2", K_U, 1, 1, 2, DEVBUF_DLDT_UINT, ""},
     {"complex32", K_C, 4, 2, 32, DEVBUF_DLDT_COMPLEX, ""},
+    {"bcomplex32", K_C, 4, 2, 32, DEVBUF_DLDT_BCOMPLEX, ""}, /* two bfloat16 (ml_dtypes 0.6) */
+    {"int1", K_I, 1, 1, 1, DEVBUF_DLDT_INT, ""},              /* ml_dtypes 0.6 */
+    {"uint1", K_U, 1, 1, 1, DEVBUF_DLDT_UINT, ""},
     /* Aliases with an exact plain equivalent, so that every DLPack type has
      * a spelling in this namespace. */
     {"bool", K_B, 1, 1, 8, DEVBUF_DLDT_BOOL, "?"},
@@ -175,7 +178,8 @@ static int builtin_interpret(void *ctx, const char *payload, size_t len, devbuf_
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
                             "devbuf: unknown type '%.*s' (known: bfloat16, float8_e4m3fn, "
                             "float8_e5m2, ..., float6_e2m3fn, float4_e2m1fn, int4, uint4, int2, "
-                            "uint2, complex32, datetime64(ns), timedelta64(ns); see "
+                            "uint2, int1, uint1, complex32, bcomplex32, datetime64(ns), "
+                            "timedelta64(ns); see "
                             "docs/format-strings.md)",
                             (int)(len > 64 ? 64 : len), payload);
   if (pack == 1) {
@@ -618,11 +622,11 @@ DEVBUF_API int devbuf_format_from_dlpack(uint8_t code, uint8_t bits, uint16_t la
   switch (code) {
     case DEVBUF_DLDT_INT:
       plain = bits == 8 ? "b" : bits == 16 ? "h" : bits == 32 ? "i" : bits == 64 ? "q" : NULL;
-      custom = bits == 4 ? "int4_x2" : bits == 2 ? "int2_x4" : NULL;
+      custom = bits == 4 ? "int4_x2" : bits == 2 ? "int2_x4" : bits == 1 ? "int1_x8" : NULL;
       break;
     case DEVBUF_DLDT_UINT:
       plain = bits == 8 ? "B" : bits == 16 ? "H" : bits == 32 ? "I" : bits == 64 ? "Q" : NULL;
-      custom = bits == 4 ? "uint4_x2" : bits == 2 ? "uint2_x4" : NULL;
+      custom = bits == 4 ? "uint4_x2" : bits == 2 ? "uint2_x4" : bits == 1 ? "uint1_x8" : NULL;
       break;
     case DEVBUF_DLDT_FLOAT:
       plain = bits == 16 ? "e" : bits == 32 ? "f" : bits == 64 ? "d" : NULL;
@@ -633,6 +637,9 @@ DEVBUF_API int devbuf_format_from_dlpack(uint8_t code, uint8_t bits, uint16_t la
     case DEVBUF_DLDT_COMPLEX:
       plain = bits == 64 ? "Zf" : bits == 128 ? "Zd" : NULL;
       custom = bits == 32 ? "complex32" : NULL;
+      break;
+    case DEVBUF_DLDT_BCOMPLEX:
+      custom = bits == 32 ? "bcomplex32" : NULL;
       break;
     case DEVBUF_DLDT_BOOL:
       plain = bits == 8 ? "?" : NULL;

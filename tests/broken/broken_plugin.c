@@ -37,8 +37,25 @@
 #define K_HANG_PROBE 19
 #define K_ID_COLON 20
 #define K_NULL_NAME 21
+/* Issue 30: mistakes a first-time author (often outside C) makes. */
+#define K_COUNT_NOMSG 22      /* device_count: DEVBUF_ENODEV and no message */
+#define K_NOT_REPR_C 23       /* fields in another order: a pointer first (Rust, no #[repr(C)]) */
+#define K_ID_UNTERMINATED 24  /* identifier without its NUL, running into the version */
+#define K_DANGLING_VERSION 25 /* version freed before the entry returned */
+#define K_MISALIGNED_ALLOC 26 /* mem_alloc returns ptr+1 */
+#define K_PROPS_REFUSED 27    /* device_props refuses every device */
+/* Crashes inside slots, for the conformance runner's isolation (issue 30):
+ * the process dies in the middle of a check. */
+#define K_SLOT_ABORT 28       /* copy_h2d aborts, as a Rust panic across extern "C" does */
+#define K_SLOT_SEGV 29        /* event_record dereferences a bad pointer */
+#define K_SLOT_HANG 30        /* event_synchronize never returns */
 
 static int count_fn(void *s, int *count, devbuf_error *err) {
+#if BROKEN_KIND == K_COUNT_NOMSG
+  (void)err;
+  *count = 0;
+  return DEVBUF_ENODEV; /* and nothing in err */
+#endif
 #if BROKEN_KIND == K_CRASH_PROBE
   raise(SIGSEGV); /* a driver that crashes when probed */
 #elif BROKEN_KIND == K_HANG_PROBE
@@ -48,18 +65,37 @@ static int count_fn(void *s, int *count, devbuf_error *err) {
   return DEVBUF_OK;
 }
 static int props_fn(void *s, int d, devbuf_device_props *p, devbuf_error *err) {
+#if BROKEN_KIND == K_PROPS_REFUSED
+  return devbuf_error_set(err, DEVBUF_EBACKEND, "props: simulated refusal of device %d", d);
+#endif
   strcpy(p->name, "test double");
   strcpy(p->vendor, "devbuf tests");
   p->flags = DEVBUF_DEVICE_HOST_ACCESSIBLE;
   p->alloc_alignment = 16;
   return DEVBUF_OK;
 }
+#if BROKEN_KIND == K_MISALIGNED_ALLOC
+/* Off by one byte: what pointer arithmetic on a byte buffer gets wrong. */
+static int alloc_fn(void *s, int d, size_t n, size_t a, void *st, void **p, devbuf_error *err) {
+  char *m = malloc(n + 1);
+  *p = m ? m + 1 : NULL;
+  return *p ? DEVBUF_OK : devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: malloc failed");
+}
+static int free_fn(void *s, int d, void *p, void *st, devbuf_error *err) {
+  free((char *)p - 1);
+  return DEVBUF_OK;
+}
+#else
 static int alloc_fn(void *s, int d, size_t n, size_t a, void *st, void **p, devbuf_error *err) {
   *p = malloc(n ? n : 1);
   return *p ? DEVBUF_OK : devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: malloc failed");
 }
 static int free_fn(void *s, int d, void *p, void *st, devbuf_error *err) { free(p); return DEVBUF_OK; }
+#endif
 static int h2d_fn(void *s, int d, void *dst, size_t o, const void *src, size_t n, void *st, devbuf_error *e) {
+#if BROKEN_KIND == K_SLOT_ABORT
+  abort();
+#endif
   memcpy((char *)dst + o, src, n); return DEVBUF_OK;
 }
 static int d2h_fn(void *s, int d, void *dst, const void *src, size_t o, size_t n, void *st, devbuf_error *e) {
@@ -72,9 +108,20 @@ static int screate(void *s, int d, void **st, devbuf_error *e) { *st = NULL; ret
 static int sop(void *s, int d, void *st, devbuf_error *e) { return DEVBUF_OK; }
 static int ecreate(void *s, int d, void **ev, devbuf_error *e) { *ev = malloc(1); return *ev ? DEVBUF_OK : DEVBUF_ENOMEM; }
 static int edestroy(void *s, int d, void *ev, devbuf_error *e) { free(ev); return DEVBUF_OK; }
-static int erecord(void *s, int d, void *ev, void *st, devbuf_error *e) { return DEVBUF_OK; }
+static int erecord(void *s, int d, void *ev, void *st, devbuf_error *e) {
+#if BROKEN_KIND == K_SLOT_SEGV
+  raise(SIGSEGV); /* a slot with the wrong signature reads garbage as a pointer */
+#endif
+  return DEVBUF_OK;
+}
 static int ewait(void *s, int d, void *st, void *ev, devbuf_error *e) { return DEVBUF_OK; }
 static int eop(void *s, int d, void *ev, devbuf_error *e) { return DEVBUF_OK; }
+static int esync(void *s, int d, void *ev, devbuf_error *e) {
+#if BROKEN_KIND == K_SLOT_HANG
+  for (;;) pause(); /* waits for an event nothing will ever complete */
+#endif
+  return DEVBUF_OK;
+}
 
 static int init_fn(void **state, devbuf_error *err) {
 #if BROKEN_KIND == K_INIT_FAIL
@@ -99,6 +146,11 @@ static const char *const ids[] = {"test.has:colon", NULL};
 static const char *const ids[] = {"test.dup", NULL};
 #elif BROKEN_KIND == K_NO_IDS
 static const char *const ids[] = {NULL};
+#elif BROKEN_KIND == K_ID_UNTERMINATED
+/* How a Rust "test.unterm" literal (no NUL) sits before the next literal. */
+static const char strings[] = {'t', 'e', 's', 't', '.', 'u', 'n', 't', 'e', 'r', 'm',
+                               '0', '.', '1', '.', '0', '\0'};
+static const char *const ids[] = {strings, NULL};
 #else
 static const char *const ids[] = {"test.kind" DEVBUF_TEST_STR(BROKEN_KIND), NULL};
 #endif
@@ -135,7 +187,7 @@ static struct {
         .event_destroy = edestroy,
         .event_record = erecord,
         .stream_wait_event = ewait,
-        .event_synchronize = eop,
+        .event_synchronize = esync,
         .event_query = eop,
     }};
 
@@ -144,7 +196,29 @@ DEVBUF_PLUGIN_EXPORT const devbuf_plugin_table *devbuf_plugin_entry(void) {
 #if BROKEN_KIND == K_NULL_TABLE
   (void)table;
   return NULL;
+#elif BROKEN_KIND == K_NOT_REPR_C
+  /* The same fields, pointers first, as rustc may order a struct without
+   * #[repr(C)]: the "struct_size" and "abi_major" read are half a pointer. */
+  static struct {
+    const char *name;
+    uint32_t struct_size;
+    uint16_t abi_major, abi_minor;
+  } reordered = {"broken23", sizeof(devbuf_plugin_table), DEVBUF_ABI_MAJOR, DEVBUF_ABI_MINOR};
+  (void)table;
+  return (const devbuf_plugin_table *)(const void *)&reordered;
 #else
+#if BROKEN_KIND == K_ID_UNTERMINATED
+  table.t.version = strings + 11; /* "0.1.0" */
+#elif BROKEN_KIND == K_DANGLING_VERSION
+  /* A temporary's buffer, freed before the table is read (a Rust
+   * CString::new("0.1.0").unwrap().as_ptr()). */
+  char *v = malloc(8);
+  if (v != NULL) {
+    memcpy(v, "0.1.0", 6);
+    table.t.version = v;
+    free(v);
+  }
+#endif
 #if BROKEN_KIND == K_WRONG_MAJOR
   table.t.abi_major = DEVBUF_ABI_MAJOR + 1;
   table.t.abi_minor = 0; /* a plugin of the next major's first release */

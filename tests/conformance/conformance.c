@@ -14,17 +14,27 @@
  * failing check (which returns early) still synchronizes its streams before
  * its host buffers are freed, and releases everything: the final `no_leaks`
  * check compares the runtime's live counters with those at the start. */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "devbuf/format.h"
 #include "devbuf/runtime.h"
 
 enum { PASS = 0, FAIL = 1, SKIP = 2 };
+
+/* Per check, in its own process (see run_isolated); --timeout changes it. */
+#define DEFAULT_TIMEOUT_S 120
 
 #define MAX_TRACKED 256
 
@@ -62,6 +72,19 @@ static int result(ctx *c, int r, const char *fmt, ...) {
   return r;
 }
 
+/* What the running check is doing, for the FAIL line of a check whose
+ * process dies (a crash, an abort, a hang): the runtime call about to be
+ * made. In a check's child process it lies in memory shared with the
+ * parent, which reads it after the child is gone; in-process it is unused.
+ * Written from the check's own thread only (the threads check notes once
+ * before its threads start). */
+static char *g_doing;
+enum { DOING_MAX = 512 };
+
+static void doing(int line, const char *what) {
+  if (g_doing != NULL) snprintf(g_doing, DOING_MAX, "line %d: %s", line, what);
+}
+
 /* Fail unless `cond`. */
 #define REQUIRE(cond, ...)                                                                   \
   do {                                                                                       \
@@ -76,6 +99,7 @@ static int result(ctx *c, int r, const char *fmt, ...) {
 #define OK(expr)                                                                             \
   do {                                                                                       \
     devbuf_error_clear(&c->err);                                                             \
+    doing(__LINE__, #expr);                                                                  \
     int rc_ = (expr);                                                                        \
     if (rc_ != DEVBUF_OK)                                                                    \
       return result(c, FAIL, "line %d: %s returned %s: %s", __LINE__, #expr,                \
@@ -86,6 +110,7 @@ static int result(ctx *c, int r, const char *fmt, ...) {
 #define CALL(rc, expr)          \
   do {                          \
     devbuf_error_clear(&c->err); \
+    doing(__LINE__, #expr);     \
     (rc) = (expr);              \
   } while (0)
 
@@ -151,6 +176,8 @@ static unsigned char *hbuf(ctx *c, size_t n) {
 
 static void release_all(ctx *c) {
   devbuf_error e;
+  doing(__LINE__, "release_all: synchronizing the check's streams, then destroying and freeing "
+                  "what it created");
   for (int i = 0; i < c->nstreams; i++) devbuf_stream_synchronize(&c->dev, c->streams[i], &e);
   devbuf_stream_synchronize(&c->dev, NULL, &e);
   for (int i = 0; i < c->nevents; i++) devbuf_event_destroy(&c->dev, c->events[i], &e);
@@ -842,6 +869,8 @@ static int check_threads(ctx *c) {
   pthread_t th[TH_N];
   thread_job jobs[TH_N];
   int started = 0;
+  doing(__LINE__, "4 threads, each creating a stream and an event and running mem_alloc, "
+                  "copy_h2d, copy_d2d, copy_d2h, event_record, event_synchronize, mem_free");
   for (int i = 0; i < TH_N; i++) {
     jobs[i].dev = &c->dev;
     jobs[i].id = i;
@@ -907,11 +936,19 @@ enum { NCHECKS = sizeof checks / sizeof checks[0] };
 
 static void usage(FILE *f, const char *argv0) {
   fprintf(f,
-          "usage: %s [--allow-no-device] [--check NAME]... IDENTIFIER[:ORDINAL]\n"
-          "       %s --list\n"
+          "usage: %s [--allow-no-device] [--in-process] [--timeout SECONDS] [--check NAME]...\n"
+          "          IDENTIFIER[:ORDINAL]\n"
+          "       %s --dtype [--in-process] [--timeout SECONDS] [--check NAME]...\n"
+          "          --payload PAYLOAD [--payload PAYLOAD]... NAMESPACE\n"
+          "       %s [--dtype] --list\n"
           "Runs the devbuf plugin conformance checks against a device identifier\n"
-          "(e.g. cpu, devbuf.sim, devbuf.opencl:1). See docs/conformance.md.\n",
-          argv0, argv0);
+          "(e.g. cpu, devbuf.sim, devbuf.opencl:1). Each check runs in a process of its\n"
+          "own with a deadline (default %d s), so that a plugin that crashes, aborts or\n"
+          "hangs costs that check's FAIL line and not the run; --in-process runs them all\n"
+          "in this process, one after another, as a debugger wants. With --dtype, the checks\n"
+          "for a dtype namespace (e.g. mypkg), on payloads it understands. See\n"
+          "docs/conformance.md.\n",
+          argv0, argv0, argv0, DEFAULT_TIMEOUT_S);
 }
 
 /* Plugins that failed to load, to explain an unknown identifier. */
@@ -929,77 +966,43 @@ static void print_plugins(void) {
   }
 }
 
-int main(int argc, char **argv) {
-  int allow_no_device = 0;
-  const char *spec = NULL;
-  const char *only[NCHECKS];
-  int nonly = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--allow-no-device") == 0) {
-      allow_no_device = 1;
-    } else if (strcmp(argv[i], "--list") == 0) {
-      for (int k = 0; k < NCHECKS; k++) printf("%s\n", checks[k].name);
-      return 0;
-    } else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
-      int known = 0;
-      for (int k = 0; k < NCHECKS; k++) known |= strcmp(checks[k].name, argv[i + 1]) == 0;
-      if (!known || nonly == NCHECKS) {
-        fprintf(stderr, "%s: unknown check '%s' (see --list)\n", argv[0], argv[i + 1]);
-        return 2;
-      }
-      only[nonly++] = argv[++i];
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage(stdout, argv[0]);
-      return 0;
-    } else if (argv[i][0] == '-' || spec != NULL) {
-      usage(stderr, argv[0]);
-      return 2;
-    } else {
-      spec = argv[i];
-    }
-  }
-  if (spec == NULL) {
-    usage(stderr, argv[0]);
-    return 2;
-  }
-  setvbuf(stdout, NULL, _IOLBF, 0);
+enum { OPEN_OK = 1, OPEN_NO_DEVICE_ALLOWED = 2, OPEN_FAILED = 3 };
 
-  static ctx cx; /* large: keep it off the stack */
-  ctx *c = &cx;
-  c->spec = spec;
-  printf("# devbuf %s conformance: %s\n", devbuf_version(), spec);
-
+/* Open the device and fill the context. With `say`, prints what the run
+ * header needs: the device line, or why there is none. */
+static int open_device(ctx *c, const char *spec, int allow_no_device, int say) {
   devbuf_error err;
   devbuf_error_clear(&err);
+  doing(__LINE__, "devbuf_device_open (loads the plugins, then device_count)");
   int rc = devbuf_device_open(spec, &c->dev, &err);
-  int passed = 0, failed = 0, skipped = 0;
   if (rc != DEVBUF_OK) {
+    if (!say) {
+      result(c, FAIL, "cannot open %s in the check's process: %s: %s", spec,
+             devbuf_status_name(rc), err.message);
+      return OPEN_FAILED;
+    }
     if (rc == DEVBUF_ENODEV && err.message[0] != '\0') {
       /* Report the plugin's own reason, without the runtime's prefix. */
       const char *reason = strstr(err.message, "no device: ");
       reason = reason ? reason + strlen("no device: ") : err.message;
       printf("no device, because %s\n", reason);
-      if (allow_no_device) {
-        for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
-        printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
-        return 0;
-      }
+      if (allow_no_device) return OPEN_NO_DEVICE_ALLOWED;
       printf("FAIL device: %s has no device (run with --allow-no-device to accept that)\n", spec);
     } else {
       printf("FAIL device: cannot open %s: %s: %s\n", spec, devbuf_status_name(rc),
              err.message[0] ? err.message : "(no message)");
       print_plugins();
     }
-    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
-    return 1;
+    return OPEN_FAILED;
   }
   c->plugin = devbuf_device_plugin_index(&c->dev);
   devbuf_device_count(c->dev.identifier, &c->count, &err);
+  doing(__LINE__, "devbuf_device_props_get");
   rc = devbuf_device_props_get(&c->dev, &c->props, &err);
   if (rc != DEVBUF_OK) {
-    printf("FAIL device: device_props of %s: %s\n", spec, err.message);
-    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
-    return 1;
+    if (say) printf("FAIL device: device_props of %s: %s\n", spec, err.message);
+    else result(c, FAIL, "device_props of %s in the check's process: %s", spec, err.message);
+    return OPEN_FAILED;
   }
   /* Handle-based devices (OpenCL cl_mem, Vulkan, Metal buffers) have no
    * address whose alignment could be checked; the rest hand out addresses. */
@@ -1016,10 +1019,586 @@ int main(int argc, char **argv) {
                     pinfo.table != NULL && pinfo.table->device_info_export == NULL &&
                     pinfo.table->device_info_import == NULL;
   c->common_layout = c->default_info || strncmp(c->dev.identifier, "devbuf.", 7) == 0;
-  printf("# device %s:%d: %s (%s)\n", c->dev.identifier, c->dev.ordinal, c->props.name,
-         c->props.vendor);
+  if (say)
+    printf("# device %s:%d: %s (%s)\n", c->dev.identifier, c->dev.ordinal, c->props.name,
+           c->props.vendor);
   devbuf_plugin_stats(c->plugin, &g_start_stats, NULL);
+  return OPEN_OK;
+}
 
+/* Run check k on an open device, release what it made; the verdict. */
+static int run_check(ctx *c, int k) {
+  c->why[0] = '\0';
+  int r = checks[k].fn(c);
+  release_all(c);
+  return r;
+}
+
+static void print_result(const char *name, int r, const char *why) {
+  const char *tag = r == PASS ? "PASS" : r == SKIP ? "SKIP" : "FAIL";
+  if (why[0])
+    printf("%s %s: %s\n", tag, name, why);
+  else
+    printf("%s %s\n", tag, name);
+}
+
+/* ---- dtype namespaces ---------------------------------------------------------------- */
+
+/* `devbuf_conformance --dtype ID --payload P...`: the checks for a namespace
+ * (a plugin's dtype_namespaces, or one registered in the process). The
+ * namespace's interpret is called directly, as the format engine does, so
+ * that what the engine would quietly refuse is named; the payloads are the
+ * author's (the suite cannot guess what a namespace understands). */
+enum { MAX_PAYLOADS = 64, DT_THREADS = 4, DT_ITERS = 200 };
+
+typedef struct dctx {
+  const char *id;
+  const char *payloads[MAX_PAYLOADS];
+  int npayloads;
+  const devbuf_dtype_namespace *ns;
+  const char *source;
+  devbuf_dtype_desc ref[MAX_PAYLOADS]; /* each payload's answer, filled by dt_open */
+  char why[1024];
+} dctx;
+
+static int dresult(dctx *d, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int dresult(dctx *d, int r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->why, sizeof d->why, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+#define DREQUIRE(cond, ...)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      char m_[768];                                                                          \
+      snprintf(m_, sizeof m_, __VA_ARGS__);                                                  \
+      return dresult(d, FAIL, "%s", m_);                                                     \
+    }                                                                                        \
+  } while (0)
+
+/* One raw call of the namespace's interpret, as the engine makes it. */
+static int dt_call(const dctx *d, const char *payload, size_t len, devbuf_dtype_desc *out,
+                   devbuf_error *err) {
+  memset(out, 0, sizeof *out);
+  out->struct_size = sizeof *out;
+  out->elements_per_item = 1;
+  out->dlpack_code = -1;
+  devbuf_error_clear(err);
+  return d->ns->interpret(d->ns->ctx, payload, len, out, err);
+}
+
+static int printable(const char *s, size_t max) {
+  size_t i = 0;
+  for (; i < max && s[i]; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return 0;
+  return i < max;
+}
+
+/* Find the namespace and every payload's answer (in each check's process). */
+static int dt_open(dctx *d) {
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  doing(__LINE__, "devbuf_dtype_lookup (loads the plugins)");
+  int rc = devbuf_dtype_lookup(d->id, (size_t)-1, &d->ns, &d->source, &err);
+  if (rc != DEVBUF_OK)
+    return dresult(d, FAIL, "namespace '%s': %s: %s", d->id, devbuf_status_name(rc), err.message);
+  if (d->ns->interpret == NULL) return dresult(d, FAIL, "namespace '%s' has no interpret", d->id);
+  for (int i = 0; i < d->npayloads; i++) {
+    char what[160];
+    snprintf(what, sizeof what, "interpret(\"%.100s\")", d->payloads[i]);
+    doing(__LINE__, what);
+    rc = dt_call(d, d->payloads[i], strlen(d->payloads[i]), &d->ref[i], &err);
+    if (rc != DEVBUF_OK)
+      return dresult(d, FAIL, "[%s$%s]: interpret returned %s: %s (each --payload must be one the "
+                     "namespace understands)", d->id, d->payloads[i], devbuf_status_name(rc),
+                     err.message[0] ? err.message : "(no message)");
+  }
+  return PASS;
+}
+
+static int dt_check_namespace(dctx *d) {
+  const devbuf_dtype_namespace *ns = d->ns;
+  DREQUIRE(ns->struct_size >= sizeof *ns, "struct_size %u < %zu (devbuf_dtype_namespace)",
+           (unsigned)ns->struct_size, sizeof *ns);
+  DREQUIRE(ns->id && strcmp(ns->id, d->id) == 0, "the descriptor's id is '%s', not '%s'",
+           ns->id ? ns->id : "(NULL)", d->id);
+  DREQUIRE(ns->provider && ns->provider[0] && printable(ns->provider, 256),
+           "provider is NULL, empty or not printable (name the package that defines the ids)");
+  DREQUIRE(ns->description && printable(ns->description, 1024),
+           "description is NULL or not printable");
+  return dresult(d, PASS, "from %s, provider %s", d->source ? d->source : "?", ns->provider);
+}
+
+/* Each payload: the same answer twice, the same answer when the bytes after
+ * it are not a NUL (the engine passes [id$payload;...] in place), the
+ * engine's answer, and a canonical spelling that means the same. */
+static int dt_check_payloads(dctx *d) {
+  devbuf_error err;
+  devbuf_dtype_desc again;
+  for (int i = 0; i < d->npayloads; i++) {
+    const char *p = d->payloads[i];
+    size_t n = strlen(p);
+    const devbuf_dtype_desc *r = &d->ref[i];
+    doing(__LINE__, "interpret, a second time");
+    int rc = dt_call(d, p, n, &again, &err);
+    DREQUIRE(rc == DEVBUF_OK && memcmp(&again, r, sizeof again) == 0,
+             "[%s$%s]: a second interpret gave another answer (%s)", d->id, p,
+             devbuf_status_name(rc));
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s;%s$x]garbage", p, d->id);
+    doing(__LINE__, "interpret of the payload followed by other bytes");
+    rc = dt_call(d, buf, n, &again, &err);
+    DREQUIRE(rc == DEVBUF_OK && memcmp(&again, r, sizeof again) == 0,
+             "[%s$%s]: followed by ';...' the payload gave another answer (%s): interpret must "
+             "read exactly `len` bytes, the payload is not NUL-terminated", d->id, p,
+             devbuf_status_name(rc));
+    DREQUIRE(memchr(r->canonical, '\0', sizeof r->canonical) && printable(r->canonical, sizeof r->canonical),
+             "[%s$%s]: canonical is not a terminated printable string", d->id, p);
+    DREQUIRE(memchr(r->plain_format, '\0', sizeof r->plain_format),
+             "[%s$%s]: plain_format is not terminated", d->id, p);
+    if (r->canonical[0]) {
+      doing(__LINE__, "interpret of the canonical spelling");
+      rc = dt_call(d, r->canonical, strlen(r->canonical), &again, &err);
+      DREQUIRE(rc == DEVBUF_OK, "[%s$%s]: its canonical spelling '%s' is refused: %s: %s", d->id,
+               p, r->canonical, devbuf_status_name(rc), err.message);
+      DREQUIRE(again.itemsize == r->itemsize && again.alignment == r->alignment &&
+                   again.kind == r->kind && again.bits == r->bits &&
+                   again.elements_per_item == r->elements_per_item &&
+                   again.dlpack_code == r->dlpack_code && again.dlpack_bits == r->dlpack_bits,
+               "[%s$%s]: its canonical spelling '%s' means another type", d->id, p, r->canonical);
+    }
+    char fmt[600];
+    snprintf(fmt, sizeof fmt, "[%s$%s]", d->id, p);
+    uint64_t isz = 0, al = 0;
+    devbuf_error_clear(&err);
+    doing(__LINE__, "devbuf_format_itemsize of [id$payload]");
+    rc = devbuf_format_itemsize(fmt, strlen(fmt), 0, &isz, &al, NULL, &err);
+    DREQUIRE(rc == DEVBUF_OK && isz == r->itemsize,
+             "the format engine on %s: %s (itemsize %llu, the namespace says %u): %s", fmt,
+             devbuf_status_name(rc), (unsigned long long)isz, (unsigned)r->itemsize, err.message);
+  }
+  return dresult(d, PASS, "%d payload(s)", d->npayloads);
+}
+
+static int dt_check_layout(dctx *d) {
+  for (int i = 0; i < d->npayloads; i++) {
+    const devbuf_dtype_desc *r = &d->ref[i];
+    const char *p = d->payloads[i];
+    DREQUIRE(r->itemsize >= 1 && r->itemsize <= (1u << 30), "[%s$%s]: itemsize %u", d->id, p,
+             (unsigned)r->itemsize);
+    DREQUIRE(is_pow2(r->alignment) && r->alignment <= 4096,
+             "[%s$%s]: alignment %u is not a power of two <= 4096", d->id, p,
+             (unsigned)r->alignment);
+    DREQUIRE(r->itemsize % r->alignment == 0,
+             "[%s$%s]: itemsize %u is not a multiple of alignment %u (arrays of it misalign)",
+             d->id, p, (unsigned)r->itemsize, (unsigned)r->alignment);
+    DREQUIRE(r->kind <= DEVBUF_KIND_POINTER, "[%s$%s]: kind %u is not a devbuf_dtype_kind",
+             d->id, p, (unsigned)r->kind);
+    DREQUIRE(r->elements_per_item >= 1, "[%s$%s]: elements_per_item 0", d->id, p);
+    DREQUIRE((uint64_t)r->bits * r->elements_per_item <= (uint64_t)r->itemsize * 8,
+             "[%s$%s]: %u elements of %u bits do not fit in itemsize %u", d->id, p,
+             (unsigned)r->elements_per_item, (unsigned)r->bits, (unsigned)r->itemsize);
+    int dirty = 0;
+    for (size_t k = 0; k < sizeof r->reserved / sizeof r->reserved[0]; k++) dirty |= r->reserved[k] != 0;
+    DREQUIRE(!dirty, "[%s$%s]: reserved fields written", d->id, p);
+    if (r->plain_format[0]) {
+      uint64_t isz = 0, al = 0;
+      devbuf_error err;
+      devbuf_error_clear(&err);
+      int rc = devbuf_format_itemsize(r->plain_format, strlen(r->plain_format), 0, &isz, &al, NULL,
+                                      &err);
+      DREQUIRE(rc == DEVBUF_OK && isz == r->itemsize,
+               "[%s$%s]: plain_format '%s' has itemsize %llu (%s), not %u", d->id, p,
+               r->plain_format, (unsigned long long)isz, devbuf_status_name(rc),
+               (unsigned)r->itemsize);
+    }
+  }
+  return dresult(d, PASS, "%d payload(s)", d->npayloads);
+}
+
+/* The DLPack dtype a payload claims must describe the same bytes. */
+static int dt_check_dlpack(dctx *d) {
+  int with = 0;
+  for (int i = 0; i < d->npayloads; i++) {
+    const devbuf_dtype_desc *r = &d->ref[i];
+    const char *p = d->payloads[i];
+    if (r->dlpack_code < 0) continue;
+    with++;
+    DREQUIRE(r->dlpack_code <= DEVBUF_DLDT_FLOAT4_E2M1FN,
+             "[%s$%s]: dlpack_code %d is not a DLDataTypeCode", d->id, p, (int)r->dlpack_code);
+    uint64_t item_bits = (uint64_t)r->itemsize * 8,
+             dl = (uint64_t)r->dlpack_bits * r->elements_per_item;
+    DREQUIRE(r->dlpack_bits > 0 && dl <= item_bits && (r->dlpack_bits < 8 || dl == item_bits),
+             "[%s$%s]: DLPack %d bits x %u element(s) is %llu bits, the itemsize %u is %llu",
+             d->id, p, (int)r->dlpack_bits, (unsigned)r->elements_per_item,
+             (unsigned long long)dl, (unsigned)r->itemsize, (unsigned long long)item_bits);
+    int c = r->dlpack_code, k = (int)r->kind;
+    int agrees = (c == DEVBUF_DLDT_INT && k == DEVBUF_KIND_INT) ||
+                 (c == DEVBUF_DLDT_UINT && k == DEVBUF_KIND_UINT) ||
+                 (c == DEVBUF_DLDT_BOOL && k == DEVBUF_KIND_BOOL) ||
+                 (c == DEVBUF_DLDT_COMPLEX && k == DEVBUF_KIND_COMPLEX) ||
+                 (c == DEVBUF_DLDT_OPAQUE_HANDLE && (k == DEVBUF_KIND_OPAQUE || k == DEVBUF_KIND_POINTER)) ||
+                 ((c == DEVBUF_DLDT_FLOAT || c == DEVBUF_DLDT_BFLOAT || c >= DEVBUF_DLDT_FLOAT8_E3M4) &&
+                  k == DEVBUF_KIND_FLOAT);
+    DREQUIRE(agrees, "[%s$%s]: dlpack_code %d does not describe kind %d", d->id, p, c, k);
+  }
+  return dresult(d, PASS, "%d of %d payload(s) have a DLPack dtype", with, d->npayloads);
+}
+
+/* What no namespace understands: refused, with a message unless it is the
+ * engine's "try the next alternative" (DEVBUF_ENOTFOUND). */
+static int dt_check_malformed(dctx *d) {
+  static char longest[4097];
+  memset(longest, 'z', sizeof longest - 1);
+  const char *bad[] = {"", "?!?", "  ", longest};
+  const char *names[] = {"an empty payload", "\"?!?\"", "two spaces", "4096 bytes of 'z'"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    devbuf_dtype_desc out;
+    devbuf_error err;
+    doing(__LINE__, names[i]);
+    int rc = dt_call(d, bad[i], strlen(bad[i]), &out, &err);
+    DREQUIRE(rc != DEVBUF_OK, "[%s$...]: %s was accepted (itemsize %u): a payload the namespace "
+             "does not define must be refused with DEVBUF_ENOTFOUND", d->id, names[i],
+             (unsigned)out.itemsize);
+    DREQUIRE(rc == DEVBUF_ENOTFOUND || err.message[0],
+             "[%s$...]: %s refused with %s and no message", d->id, names[i],
+             devbuf_status_name(rc));
+  }
+  return dresult(d, PASS, "%zu malformed payloads refused", sizeof bad / sizeof bad[0]);
+}
+
+typedef struct dt_job {
+  dctx *d;
+  int id;
+  char why[256];
+} dt_job;
+
+static void *dt_thread(void *arg) {
+  dt_job *j = arg;
+  dctx *d = j->d;
+  for (int it = 0; it < DT_ITERS; it++)
+    for (int i = 0; i < d->npayloads; i++) {
+      devbuf_dtype_desc out;
+      devbuf_error err;
+      int rc = dt_call(d, d->payloads[i], strlen(d->payloads[i]), &out, &err);
+      if (rc != DEVBUF_OK || memcmp(&out, &d->ref[i], sizeof out) != 0) {
+        snprintf(j->why, sizeof j->why, "thread %d, iteration %d: [%s$%s] gave %s / another answer",
+                 j->id, it, d->id, d->payloads[i], devbuf_status_name(rc));
+        return NULL;
+      }
+      if (dt_call(d, "?!?", 3, &out, &err) == DEVBUF_OK) {
+        snprintf(j->why, sizeof j->why, "thread %d, iteration %d: '?!?' accepted", j->id, it);
+        return NULL;
+      }
+    }
+  return NULL;
+}
+
+static int dt_check_threads(dctx *d) {
+  pthread_t th[DT_THREADS];
+  dt_job jobs[DT_THREADS];
+  int started = 0;
+  doing(__LINE__, "4 threads interpreting every payload at once");
+  for (int i = 0; i < DT_THREADS; i++) {
+    jobs[i].d = d;
+    jobs[i].id = i;
+    jobs[i].why[0] = '\0';
+    if (pthread_create(&th[i], NULL, dt_thread, &jobs[i]) != 0) break;
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  DREQUIRE(started == DT_THREADS, "only %d of %d threads started", started, DT_THREADS);
+  for (int i = 0; i < DT_THREADS; i++) DREQUIRE(jobs[i].why[0] == '\0', "%s", jobs[i].why);
+  return dresult(d, PASS, "%d threads x %d rounds, the same answers", DT_THREADS, DT_ITERS);
+}
+
+typedef struct dcheck {
+  const char *name;
+  int (*fn)(dctx *);
+} dcheck;
+
+static const dcheck dchecks[] = {
+    {"dtype_namespace", dt_check_namespace}, {"dtype_payloads", dt_check_payloads},
+    {"dtype_layout", dt_check_layout},       {"dtype_dlpack", dt_check_dlpack},
+    {"dtype_malformed", dt_check_malformed}, {"dtype_threads", dt_check_threads},
+};
+enum { NDCHECKS = sizeof dchecks / sizeof dchecks[0] };
+
+/* ---- isolation: one child process per check ------------------------------------------- */
+
+/* What a child leaves for its parent, in shared memory: the verdict and
+ * its reason, a leak found after the check, and what it was doing. */
+typedef struct shared_result {
+  int done;     /* the child got to the end and wrote its verdict */
+  int verdict;  /* PASS, FAIL, SKIP; for the opening child, OPEN_* */
+  char why[1024];
+  char leak[512]; /* non-empty: the check left resources alive */
+  char doing[DOING_MAX];
+} shared_result;
+
+/* In the library build (devbuf.plugin.run_conformance, `main` renamed) the
+ * child is a copy of a Python process: it leaves with _exit, running no
+ * exit handler of the interpreter or of libraries loaded there. The
+ * executable's children exit normally, so that each runs the plugins'
+ * shutdown and, under the sanitizers, LeakSanitizer's check at exit. */
+#ifdef main
+#define CHILD_EXIT(code) _exit(code)
+#else
+#define CHILD_EXIT(code) exit(code)
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* How the child ended, as words for a FAIL line; "" when it wrote its
+ * verdict and exited 0. */
+static void describe_end(int timed_out, int wstatus, double timeout_s, const shared_result *r,
+                         char *out, size_t cap) {
+  out[0] = '\0';
+  if (timed_out) {
+    snprintf(out, cap, "did not finish within %g s (its process was killed)", timeout_s);
+  } else if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    const char *name = sig == SIGSEGV   ? "SIGSEGV"
+                       : sig == SIGABRT ? "SIGABRT"
+                       : sig == SIGBUS  ? "SIGBUS"
+                       : sig == SIGILL  ? "SIGILL"
+                       : sig == SIGFPE  ? "SIGFPE"
+                       : sig == SIGKILL ? "SIGKILL"
+                       : sig == SIGTRAP ? "SIGTRAP"
+                                        : "signal";
+    snprintf(out, cap, "crashed: %s (%s, signal %d)", name, strsignal(sig), sig);
+  } else if (!r->done) {
+    snprintf(out, cap,
+             "its process exited with status %d before the check ended (a sanitizer report, "
+             "or the plugin called exit())",
+             WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+  } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
+    snprintf(out, cap,
+             "its process exited with status %d after the check (at exit: the plugin's "
+             "shutdown, or a sanitizer's leak report)",
+             WEXITSTATUS(wstatus));
+  }
+}
+
+/* Fork, run `body` in the child, wait for it with a deadline. Returns 0
+ * with *wstatus / *timed_out, or -1 (errno) when no child could be made. */
+static int in_child(shared_result *r, double timeout_s, void (*body)(void *), void *arg,
+                    int *wstatus, int *timed_out) {
+  int fds[2];
+  memset(r, 0, sizeof *r);
+  *timed_out = 0;
+  *wstatus = 0;
+  if (pipe(fds) != 0) return -1;
+  fflush(NULL); /* the child must not print our buffered output again */
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = e;
+    return -1;
+  }
+  if (pid == 0) {
+    /* Its own process group: a deadline kills what the plugin started too. */
+    setpgid(0, 0);
+    close(fds[0]);
+    g_doing = r->doing;
+    body(arg);
+    fflush(NULL);
+    r->done = 1;
+    CHILD_EXIT(0);
+  }
+  close(fds[1]);
+  /* The pipe's write end closes when the child's process is gone, which
+   * wakes the wait at once. A process the plugin started may hold it open
+   * longer: every 50 ms the child itself is asked for too. */
+  double deadline = now_s() + timeout_s;
+  int reaped = 0;
+  for (;;) {
+    double left = deadline - now_s();
+    if (left <= 0) {
+      *timed_out = 1;
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      break;
+    }
+    struct pollfd pf = {.fd = fds[0], .events = POLLIN};
+    int n = poll(&pf, 1, left > 0.05 ? 50 : (int)(left * 1000) + 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) break; /* hang-up: the child is gone, or about to be */
+    if (waitpid(pid, wstatus, WNOHANG) == pid) {
+      reaped = 1;
+      break;
+    }
+  }
+  close(fds[0]);
+  while (!reaped && waitpid(pid, wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (*timed_out) kill(-pid, SIGKILL); /* anything the plugin started, in its group */
+  return 0;
+}
+
+static void count_verdict(int v, int *passed, int *failed, int *skipped) {
+  if (v == PASS) (*passed)++;
+  else if (v == SKIP) (*skipped)++;
+  else (*failed)++;
+}
+
+/* Print the line of a check that ran in a child; its verdict. A crash, an
+ * abort, a hang or an exit before the end is that check's FAIL line, with
+ * what it was doing. */
+static int child_verdict(const char *name, shared_result *r, int timed_out, int wstatus,
+                         double timeout_s) {
+  char end[DOING_MAX];
+  describe_end(timed_out, wstatus, timeout_s, r, end, sizeof end);
+  if (end[0] && !r->done) {
+    printf("FAIL %s: %s, while doing %s (rerun alone under a debugger: --in-process --check "
+           "%s)\n",
+           name, end, r->doing[0] ? r->doing : "nothing yet", name);
+    return FAIL;
+  }
+  int v = r->verdict;
+  if (end[0] && v != FAIL) {
+    v = FAIL;
+    snprintf(r->why, sizeof r->why, "%s", end);
+  }
+  print_result(name, v, r->why);
+  return v;
+}
+
+typedef struct child_job {
+  ctx *c;
+  const char *spec;
+  int allow_no_device;
+  int k;
+  shared_result *r;
+} child_job;
+
+static void open_body(void *arg) {
+  child_job *j = arg;
+  j->r->verdict = open_device(j->c, j->spec, j->allow_no_device, 1);
+}
+
+static void check_body(void *arg) {
+  child_job *j = arg;
+  ctx *c = j->c;
+  if (open_device(c, j->spec, 0, 0) != OPEN_OK) {
+    j->r->verdict = FAIL;
+    snprintf(j->r->why, sizeof j->r->why, "%s", c->why);
+    return;
+  }
+  int r = run_check(c, j->k);
+  j->r->verdict = r;
+  snprintf(j->r->why, sizeof j->r->why, "%s", c->why);
+  /* The whole-run no_leaks check, per check: what this one left alive. */
+  c->why[0] = '\0';
+  if (check_no_leaks(c) != PASS) snprintf(j->r->leak, sizeof j->r->leak, "%s", c->why);
+}
+
+static int run_isolated(ctx *c, const char *spec, int allow_no_device, double timeout_s,
+                        const char *const *only, int nonly) {
+  int passed = 0, failed = 0, skipped = 0;
+  shared_result *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                          -1, 0);
+  if (r == MAP_FAILED) {
+    printf("FAIL device: cannot map memory shared with the check processes: %s (try "
+           "--in-process)\n", strerror(errno));
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    return 1;
+  }
+  child_job job = {c, spec, allow_no_device, -1, r};
+  int wstatus, timed_out;
+  char end[DOING_MAX];
+  /* The device is opened in a child too: the parent never starts a driver
+   * (a CUDA context does not survive fork) and survives one that crashes. */
+  if (in_child(r, timeout_s, open_body, &job, &wstatus, &timed_out) != 0) {
+    printf("FAIL device: fork: %s (try --in-process)\n", strerror(errno));
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    munmap(r, sizeof *r);
+    return 1;
+  }
+  describe_end(timed_out, wstatus, timeout_s, r, end, sizeof end);
+  int open = r->done ? r->verdict : OPEN_FAILED;
+  if (end[0] && !(r->done && open == OPEN_OK)) {
+    printf("FAIL device: opening %s %s, while doing %s\n", spec, end,
+           r->doing[0] ? r->doing : "nothing yet");
+    open = OPEN_FAILED;
+  }
+  if (open == OPEN_NO_DEVICE_ALLOWED) {
+    for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
+    printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
+    munmap(r, sizeof *r);
+    return 0;
+  }
+  if (open != OPEN_OK) {
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    munmap(r, sizeof *r);
+    return 1;
+  }
+  char leaks[1024] = "";
+  int nleaks = 0, nran = 0;
+  for (int k = 0; k < NCHECKS; k++) {
+    int is_leaks = strcmp(checks[k].name, "no_leaks") == 0;
+    int selected = nonly == 0;
+    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], checks[k].name) == 0;
+    if (is_leaks) {
+      /* Each check's process compared the runtime's live counters after it
+       * with those before: this verdict gathers theirs. */
+      if (nleaks)
+        printf("FAIL no_leaks: %d check(s) left resources alive: %s\n", nleaks, leaks);
+      else
+        printf("PASS no_leaks: none of the %d check(s) left anything alive in its process\n",
+               nran);
+      if (nleaks) failed++;
+      else passed++;
+      continue;
+    }
+    if (!selected) {
+      skipped++;
+      printf("SKIP %s: not selected\n", checks[k].name);
+      continue;
+    }
+    job.k = k;
+    if (in_child(r, timeout_s, check_body, &job, &wstatus, &timed_out) != 0) {
+      printf("FAIL %s: fork: %s (try --in-process)\n", checks[k].name, strerror(errno));
+      failed++;
+      continue;
+    }
+    nran++;
+    int v = child_verdict(checks[k].name, r, timed_out, wstatus, timeout_s);
+    if (r->done && r->leak[0]) {
+      size_t used = strlen(leaks);
+      snprintf(leaks + used, sizeof leaks - used, "%s%s (%s)", nleaks ? "; " : "",
+               checks[k].name, r->leak);
+      nleaks++;
+    }
+    count_verdict(v, &passed, &failed, &skipped);
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  munmap(r, sizeof *r);
+  return failed ? 1 : 0;
+}
+
+static int run_in_process(ctx *c, const char *spec, int allow_no_device, const char *const *only,
+                          int nonly) {
+  int passed = 0, failed = 0, skipped = 0;
+  int open = open_device(c, spec, allow_no_device, 1);
+  if (open == OPEN_NO_DEVICE_ALLOWED) {
+    for (int k = 0; k < NCHECKS; k++) printf("SKIP %s: no device\n", checks[k].name);
+    printf("0 passed, 0 failed, %d skipped\n", NCHECKS);
+    return 0;
+  }
+  if (open != OPEN_OK) {
+    printf("0 passed, 1 failed, %d skipped\n", NCHECKS);
+    return 1;
+  }
   for (int k = 0; k < NCHECKS; k++) {
     int selected = nonly == 0;
     for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], checks[k].name) == 0;
@@ -1028,18 +1607,170 @@ int main(int argc, char **argv) {
       printf("SKIP %s: not selected\n", checks[k].name);
       continue;
     }
-    c->why[0] = '\0';
-    int r = checks[k].fn(c);
-    release_all(c);
-    const char *tag = r == PASS ? "PASS" : r == SKIP ? "SKIP" : "FAIL";
-    if (c->why[0])
-      printf("%s %s: %s\n", tag, checks[k].name, c->why);
-    else
-      printf("%s %s\n", tag, checks[k].name);
-    if (r == PASS) passed++;
-    else if (r == SKIP) skipped++;
-    else failed++;
+    int r = run_check(c, k);
+    print_result(checks[k].name, r, c->why);
+    count_verdict(r, &passed, &failed, &skipped);
   }
   printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
+}
+
+typedef struct dt_child {
+  dctx *d;
+  int k;
+  shared_result *r;
+} dt_child;
+
+static int dt_run_one(dctx *d, int k) {
+  d->why[0] = '\0';
+  int v = dt_open(d);
+  if (v != PASS) return v;
+  d->why[0] = '\0';
+  return dchecks[k].fn(d);
+}
+
+static void dt_body(void *arg) {
+  dt_child *j = arg;
+  j->r->verdict = dt_run_one(j->d, j->k);
+  snprintf(j->r->why, sizeof j->r->why, "%s", j->d->why);
+}
+
+/* The dtype checks, isolated like the device checks or in this process. */
+static int run_dtype(dctx *d, int in_process, double timeout_s, const char *const *only,
+                     int nonly) {
+  int passed = 0, failed = 0, skipped = 0;
+  shared_result *r = NULL;
+  if (!in_process) {
+    r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+      printf("FAIL dtype: cannot map memory shared with the check processes: %s (try "
+             "--in-process)\n", strerror(errno));
+      printf("0 passed, 1 failed, %d skipped\n", NDCHECKS);
+      return 1;
+    }
+  }
+  for (int k = 0; k < NDCHECKS; k++) {
+    int selected = nonly == 0;
+    for (int j = 0; j < nonly; j++) selected |= strcmp(only[j], dchecks[k].name) == 0;
+    if (!selected) {
+      skipped++;
+      printf("SKIP %s: not selected\n", dchecks[k].name);
+      continue;
+    }
+    if (in_process) {
+      int v = dt_run_one(d, k);
+      print_result(dchecks[k].name, v, d->why);
+      count_verdict(v, &passed, &failed, &skipped);
+      continue;
+    }
+    dt_child job = {d, k, r};
+    int wstatus, timed_out;
+    if (in_child(r, timeout_s, dt_body, &job, &wstatus, &timed_out) != 0) {
+      printf("FAIL %s: fork: %s (try --in-process)\n", dchecks[k].name, strerror(errno));
+      failed++;
+      continue;
+    }
+    count_verdict(child_verdict(dchecks[k].name, r, timed_out, wstatus, timeout_s), &passed,
+                  &failed, &skipped);
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  if (r) munmap(r, sizeof *r);
+  return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  int allow_no_device = 0, in_process = 0, list = 0, dtype = 0;
+  double timeout_s = DEFAULT_TIMEOUT_S;
+  const char *spec = NULL;
+  const char *only[NCHECKS + NDCHECKS];
+  int nonly = 0;
+  static dctx dx; /* large: keep it off the stack */
+  dctx *d = &dx;
+  memset(d, 0, sizeof *d);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--allow-no-device") == 0) {
+      allow_no_device = 1;
+    } else if (strcmp(argv[i], "--in-process") == 0) {
+      in_process = 1;
+    } else if (strcmp(argv[i], "--dtype") == 0) {
+      dtype = 1;
+    } else if (strcmp(argv[i], "--payload") == 0 && i + 1 < argc) {
+      if (d->npayloads == MAX_PAYLOADS) {
+        fprintf(stderr, "%s: more than %d --payload\n", argv[0], MAX_PAYLOADS);
+        return 2;
+      }
+      if (strlen(argv[i + 1]) > 256) {
+        fprintf(stderr, "%s: --payload longer than 256 bytes\n", argv[0]);
+        return 2;
+      }
+      d->payloads[d->npayloads++] = argv[++i];
+    } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      timeout_s = strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(timeout_s > 0 && timeout_s <= 86400)) {
+        fprintf(stderr, "%s: --timeout wants seconds in (0, 86400], not '%s'\n", argv[0],
+                argv[i]);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--list") == 0) {
+      list = 1;
+    } else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
+      if (nonly == NCHECKS + NDCHECKS) {
+        fprintf(stderr, "%s: too many --check\n", argv[0]);
+        return 2;
+      }
+      only[nonly++] = argv[++i];
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout, argv[0]);
+      return 0;
+    } else if (argv[i][0] == '-' || spec != NULL) {
+      usage(stderr, argv[0]);
+      return 2;
+    } else {
+      spec = argv[i];
+    }
+  }
+  if (list) {
+    if (dtype)
+      for (int k = 0; k < NDCHECKS; k++) printf("%s\n", dchecks[k].name);
+    else
+      for (int k = 0; k < NCHECKS; k++) printf("%s\n", checks[k].name);
+    return 0;
+  }
+  for (int j = 0; j < nonly; j++) {
+    int known = 0;
+    if (dtype)
+      for (int k = 0; k < NDCHECKS; k++) known |= strcmp(dchecks[k].name, only[j]) == 0;
+    else
+      for (int k = 0; k < NCHECKS; k++) known |= strcmp(checks[k].name, only[j]) == 0;
+    if (!known) {
+      fprintf(stderr, "%s: unknown check '%s' (see %s--list)\n", argv[0], only[j],
+              dtype ? "--dtype " : "");
+      return 2;
+    }
+  }
+  if (spec == NULL || (dtype && d->npayloads == 0) || (!dtype && d->npayloads)) {
+    if (dtype && spec != NULL)
+      fprintf(stderr, "%s: --dtype %s: give at least one --payload PAYLOAD that the namespace "
+              "understands\n", argv[0], spec);
+    usage(stderr, argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  g_doing = NULL;
+  if (dtype) {
+    d->id = spec;
+    printf("# devbuf %s conformance: dtype namespace %s, %d payload(s)%s\n", devbuf_version(), spec,
+           d->npayloads, in_process ? " (in this process)" : "");
+    return run_dtype(d, in_process, timeout_s, only, nonly);
+  }
+
+  static ctx cx; /* large: keep it off the stack */
+  ctx *c = &cx;
+  memset(c, 0, sizeof *c); /* runs repeat in one process (devbuf.plugin) */
+  c->spec = spec;
+  printf("# devbuf %s conformance: %s%s\n", devbuf_version(), spec,
+         in_process ? " (in this process)" : "");
+  if (in_process) return run_in_process(c, spec, allow_no_device, only, nonly);
+  return run_isolated(c, spec, allow_no_device, timeout_s, only, nonly);
 }

@@ -57,6 +57,7 @@ static void test_device_mapping(void) {
     {kDLExtDev, "devbuf.sim", 0},
     {kDLCUDAManaged, "devbuf.cuda", DEVBUF_DLPACK_HOST_ACCESSIBLE | DEVBUF_DLPACK_MANAGED},
     {kDLOneAPI, "devbuf.level_zero", 0},
+    {kDLTPUHost, "cpu", DEVBUF_DLPACK_HOST_ACCESSIBLE | DEVBUF_DLPACK_PINNED}, /* DLPack main */
   };
   devbuf_error err;
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
@@ -71,7 +72,10 @@ static void test_device_mapping(void) {
     /* Back again: pinned host memory comes back as plain kDLCPU. */
     DLDevice back;
     CHECK_OK(devbuf_dlpack_device_from_identifier(id, ord, fl, &back, &err), &err);
-    int32_t expect = rows[i].dl == kDLCUDAHost || rows[i].dl == kDLROCMHost ? kDLCPU : rows[i].dl;
+    int32_t expect = rows[i].dl == kDLCUDAHost || rows[i].dl == kDLROCMHost ||
+                             rows[i].dl == kDLTPUHost
+                         ? kDLCPU
+                         : rows[i].dl;
     CHECK((int32_t)back.device_type == expect, "%s back to %d, expected %d", id, back.device_type, expect);
     CHECK(back.device_id == ord, "device_id %d", back.device_id);
   }
@@ -79,6 +83,16 @@ static void test_device_mapping(void) {
   int rc = devbuf_dlpack_device_to_identifier(vk, NULL, NULL, NULL, &err);
   CHECK(rc == DEVBUF_ENOTSUP, "rc %d", rc);
   CHECK_HAS(err.message, "kDLVulkan");
+  /* DLPack main's devices without a devbuf plugin, refused by their names. */
+  static const struct { int32_t dl; const char *name; } none[] = {
+      {kDLTrn, "kDLTrn"}, {kDLTPU, "kDLTPU"}, {kDLAscend, "kDLAscend"}};
+  CHECK(kDLTPU == 19 && kDLTPUHost == 20 && kDLAscend == 21, "DLPack main's device numbers");
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+    DLDevice d = {(DLDeviceType)none[i].dl, 0};
+    rc = devbuf_dlpack_device_to_identifier(d, NULL, NULL, NULL, &err);
+    CHECK(rc == DEVBUF_ENOTSUP, "%s rc %d", none[i].name, rc);
+    CHECK_HAS(err.message, none[i].name);
+  }
   DLDevice odd = {(DLDeviceType)99, 0};
   rc = devbuf_dlpack_device_to_identifier(odd, NULL, NULL, NULL, &err);
   CHECK(rc == DEVBUF_ENOTSUP, "rc %d", rc);
@@ -114,6 +128,7 @@ static const dtype_row PLAIN[] = {
   {kDLFloat8_e5m2, 8, "[devbuf$float8_e5m2]", 1},
   {kDLFloat8_e5m2fnuz, 8, "[devbuf$float8_e5m2fnuz]", 1},
   {kDLFloat8_e8m0fnu, 8, "[devbuf$float8_e8m0fnu]", 1},
+  {kDLBcomplex, 32, "[devbuf$bcomplex32]", 4}, /* DLPack main's code 18 */
 };
 
 static void test_dtype_round_trips(void) {
@@ -149,6 +164,8 @@ static void test_dtype_round_trips(void) {
     {kDLUInt, 4, "[devbuf$uint4_x2]", "[devbuf$uint4]", 1, 2},
     {kDLInt, 2, "[devbuf$int2_x4]", "[devbuf$int2]", 1, 4},
     {kDLUInt, 2, "[devbuf$uint2_x4]", "[devbuf$uint2]", 1, 4},
+    {kDLInt, 1, "[devbuf$int1_x8]", "[devbuf$int1]", 1, 8},
+    {kDLUInt, 1, "[devbuf$uint1_x8]", "[devbuf$uint1]", 1, 8},
   };
   for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
     DLDataType dt = {sub[i].code, sub[i].bits, 1};
@@ -183,7 +200,8 @@ static void test_dtype_refused(void) {
     {kDLFloat6_e2m3fn, 8, 1, DEVBUF_ENOTFOUND, "bits 6"},
     {kDLInt, 12, 1, DEVBUF_ENOTFOUND, "bits 12"},
     {kDLComplex, 16, 1, DEVBUF_ENOTFOUND, "kDLComplex"},
-    {kDLInt, 1, 1, DEVBUF_ENOTFOUND, "kDLInt"},
+    {kDLInt, 3, 1, DEVBUF_ENOTFOUND, "kDLInt"},
+    {kDLBcomplex, 64, 1, DEVBUF_ENOTFOUND, "bcomplex32 must have bits 32"},
     {99, 8, 1, DEVBUF_ENOTFOUND, "code 99"},
     {kDLFloat, 0, 1, DEVBUF_EINVAL, "bits is 0"},
     {kDLFloat, 32, 0, DEVBUF_EINVAL, "lanes is 0"},

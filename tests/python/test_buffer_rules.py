@@ -120,5 +120,10 @@ def test_view_dtype_refuses_a_size_no_rule_gives():
 
     v = devbuf.view((S * 2)())
     assert v.itemsize == 8
+    if v.format.endswith("3x}"):
+        # 3.13's ctypes writes the trailing padding ('T{<i:a:<c:b:3x}'): the
+        # format now says 8 bytes, and the view must agree with it.
+        assert v.dtype.itemsize == 8
+        return
     with pytest.raises(ValueError, match=r"5-byte items.*itemsize is 8"):
         v.dtype

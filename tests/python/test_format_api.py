@@ -193,8 +193,10 @@ def test_format_objects_are_c_types_with_dataclass_manners():
     assert fld.pointee.children[0].name == "x" and fld.pointee.children[0].code == "h"
     with pytest.raises(AttributeError):
         f.itemsize = 3
-    with pytest.raises(TypeError, match="'fmt' must be str"):
-        devbuf.parse_format(b"i")
+    # bytes are a format too, as calcsize and struct take them (issue 31)
+    assert devbuf.parse_format(b"i") == devbuf.parse_format("i")
+    with pytest.raises(TypeError, match="'fmt' must be str or bytes"):
+        devbuf.parse_format(1)
     with pytest.raises(ValueError, match="mode must be"):
         devbuf.parse_format("i", "c")
     with pytest.raises(TypeError, match="unexpected or repeated keyword argument 'bogus'"):

@@ -151,12 +151,20 @@ def test_loops_return_to_baseline(dev, request):
     base_stats = _stats(name)
     base_refs = sys.getrefcount(producer)
     tracemalloc.start()
+    # Free-threaded builds keep growing for a while before they level off
+    # (memory freed through QSBR's delayed frees, per-thread caches; more so
+    # after other tests ran many threads): measured on 3.13t, 17-22 KB over
+    # rounds 50-450 but under 300 bytes over the next 1200. There the window
+    # starts later and is three times as long, with the same bound: a leak of
+    # 16 bytes per round still shows.
+    ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
+    warm, rounds = (850, 1200) if ft else (50, 400)
     try:
-        for _ in range(50):
+        for _ in range(warm):
             _cycle(dev, data, producer)
         gc.collect()
         mid, _ = tracemalloc.get_traced_memory()
-        for _ in range(400):
+        for _ in range(rounds):
             _cycle(dev, data, producer)
         gc.collect()
         end, _ = tracemalloc.get_traced_memory()
@@ -172,9 +180,9 @@ def test_loops_return_to_baseline(dev, request):
     assert sys.getrefcount(producer) == base_refs
     assert producer.counts["exports"] == 0
     assert _stats(name) == base_stats
-    # 400 more rounds may not keep Python memory: a leak of one small block
-    # per round (>= 48 bytes) would show.
-    assert end - mid < 400 * 48, (mid, end)
+    # 400 more rounds (1200 without the GIL) may not keep Python memory: a
+    # leak of one small block per round (>= 48 bytes) would show.
+    assert end - mid < 400 * 48, (mid, end, rounds)
 
 
 def test_threads_loop_and_return_to_baseline(sim):

@@ -110,3 +110,58 @@ def test_the_suite_catches_broken_python_plugins(check_names, cls, failing):
         for (addr, m) in list(plugin._maps.items()):
             rt.free(addr)
     reg.unregister()
+
+
+# ---- isolation (issue 30) ---------------------------------------------------------------------
+
+class _AbortingCopy(MmapDevice):
+    """copy_h2d kills the process, as an unwinding panic across a C boundary does."""
+
+    def copy_h2d(self, device, dst, dst_offset, src, stream):
+        import os
+        os.abort()
+
+
+class _HangingSync(MmapDevice):
+    """event_synchronize waits for an event nothing will complete."""
+
+    def event_synchronize(self, device, event):
+        import time
+        while True:
+            time.sleep(3600)
+
+
+def test_isolated_run_of_a_good_python_plugin_passes(check_names):
+    """isolate=True: the same verdicts, each check in a forked copy of this process."""
+    ident = fresh_id("example.mmapiso")
+    with P.register_plugin(MmapDevice(identifiers=(ident,), name=ident.replace(".", "_"))):
+        r = P.run_conformance(ident, isolate=True)
+        assert r.passed, r.output
+        assert list(r.results) == check_names
+        assert all(v == "PASS" for v, _ in r.results.values()), r.output
+        assert "(in this process)" not in r.output.splitlines()[0]
+
+
+@pytest.mark.parametrize("cls, want, failing", [
+    (_AbortingCopy, r"crashed: SIGABRT \(.*\), while doing line \d+: devbuf_copy_h2d\(",
+     {"alloc_free", "copy_roundtrip", "copy_offsets", "stream_ordering"}),
+    (_HangingSync, r"did not finish within 2 s \(its process was killed\), while doing line \d+: "
+                   r"devbuf_event_synchronize\(",
+     {"events_across_streams", "sync_before_host_read"}),
+])
+def test_isolated_run_survives_a_crashing_python_plugin(check_names, cls, want, failing):
+    """A plugin that aborts or hangs costs each broken check its FAIL line; the
+    run ends with its summary and this interpreter goes on."""
+    import re
+    ident = fresh_id("test.crashy")
+    with P.register_plugin(cls(identifiers=(ident,), name=ident.replace(".", "_"))):
+        r = P.run_conformance(ident, ["properties", "error_free", *sorted(failing)],
+                              isolate=True, timeout=2)
+    assert r.returncode == 1
+    lines = r.output.splitlines()
+    assert re.fullmatch(r"\d+ passed, \d+ failed, \d+ skipped", lines[-1]), r.output
+    for name in failing:
+        verdict, why = r.results[name]
+        assert verdict == "FAIL" and re.match(want, why), r.output
+    assert r.results["properties"][0] == "PASS" and r.results["error_free"][0] == "PASS"
+    assert r.results["no_leaks"][0] == "PASS", r.output

@@ -262,3 +262,38 @@ def test_unregister_waits_for_interpret_calls_in_flight():
     assert n.closure is None
     t.join()
     assert results == [(0, 4)]
+
+
+# ---- the suite's dtype-namespace checks (issue 30) ------------------------------------------
+
+def _int4x2(payload):
+    """mypkg's packed pair of 4-bit integers, as tests/core/dtype_only_plugin.c has it."""
+    if payload != "int4x2":
+        return None
+    return {"kind": "int", "itemsize": 1, "alignment": 1, "bits": 4, "elements_per_item": 2,
+            "dlpack_code": 0, "dlpack_bits": 4, "canonical": "int4x2"}
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_dtype_conformance_of_a_python_namespace(isolate):
+    nsid = f"mypkg{next(_ids)}"
+    n = P.register_dtype_namespace(nsid, _int4x2, provider="mypkg")
+    try:
+        r = P.run_dtype_conformance(nsid, ["int4x2"], isolate=isolate)
+    finally:
+        n.unregister()
+    assert r.passed, r.output
+    assert set(r.results) == {"dtype_namespace", "dtype_payloads", "dtype_layout",
+                              "dtype_dlpack", "dtype_malformed", "dtype_threads"}
+    assert all(v == "PASS" for v, _ in r.results.values()), r.output
+
+
+def test_dtype_conformance_finds_a_canonical_spelling_its_namespace_refuses(ns):
+    """uint_interp answers [ns$u16] with the canonical spelling 'uint16',
+    which it does not itself understand: the suite says so."""
+    nsid, _ = ns
+    r = P.run_dtype_conformance(nsid, ["u16"])
+    assert not r.passed
+    verdict, why = r.results["dtype_payloads"]
+    assert verdict == "FAIL" and "its canonical spelling 'uint16' is refused" in why, r.output
+    assert r.results["dtype_layout"][0] == "PASS"

@@ -449,6 +449,26 @@ def case_no_probe():
           b.both)
 
 
+def case_props_refused():
+    """Every device refusing device_props is a failed probe, not "ok" with
+    exit 0 (issue 30): in the default isolated probe and in-process alike."""
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("props_refused"))
+    for mode in ([], ["--in-process"]):
+        p, doc = run_json(mode, env)
+        validate(doc)
+        check(p.returncode == 1 and doc["exit_code"] == 1,
+              "%s: exit 1 when every device_props is refused (got %d)" % (mode, p.returncode),
+              p.both)
+        pl = [x for x in doc["plugins"] if x["name"] == "broken27"]
+        check(len(pl) == 1 and pl[0]["status"] == "probe_failed",
+              "%s: status probe_failed (got %s)" % (mode, pl and pl[0]["status"]), p.stdout)
+        msg = pl[0]["probe"]["message"]
+        check("device_props failed for every device (1 of 1), e.g. device 0: " in msg
+              and "props: simulated refusal of device 0" in msg, "reason names the refusal", msg)
+        t = run(mode, env)
+        check(t.returncode == 1 and "simulated refusal" in t.stdout, "text listing too", t.both)
+
+
 def case_thread_state():
     """A plugin that ties state to its probing thread (a malloc'd alternate
     signal stack, as LLVM installs inside PoCL, and a block held only by

@@ -78,6 +78,9 @@ int info_any_failure(const info_model *m) {
     if (p->probe == INFO_PROBE_ERROR || p->probe == INFO_PROBE_CRASHED ||
         p->probe == INFO_PROBE_TIMED_OUT || p->probe == INFO_PROBE_CHILD_FAILED)
       return 1;
+    /* A device whose device_props failed is a failed device probe. */
+    for (size_t d = 0; d < p->ndevices; d++)
+      if (p->devices[d].status != DEVBUF_OK) return 1;
   }
   return 0;
 }
@@ -160,6 +163,17 @@ static void probe_plugin_untimed(info_plugin *p) {
     }
     dv->status = rc;
     if (rc != DEVBUF_OK) snprintf(dv->error, sizeof dv->error, "%s", e.message);
+  }
+  /* Devices that all refuse device_props are no working device: not "ok"
+   * (issue 30; the listing said ok and exited 0). */
+  size_t refused = 0;
+  for (size_t d = 0; d < nd; d++) refused += p->devices[d].status != DEVBUF_OK;
+  if (nd > 0 && refused == nd) {
+    p->probe = INFO_PROBE_ERROR;
+    p->probe_status = p->devices[0].status;
+    snprintf(p->probe_reason, sizeof p->probe_reason,
+             "device_props failed for every device (%zu of %zu), e.g. device 0: %s", refused, nd,
+             p->devices[0].error);
   }
 }
 

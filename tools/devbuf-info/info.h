@@ -26,7 +26,7 @@ enum info_probe {
   INFO_PROBE_NOT_LOADED = 0, /* not probed: the plugin failed to load, or --no-probe */
   INFO_PROBE_OK = 1,         /* device_count succeeded with >= 1 device */
   INFO_PROBE_NO_DEVICE = 2,  /* DEVBUF_ENODEV: the normal "no hardware" answer */
-  INFO_PROBE_ERROR = 3,      /* device_count failed with another code */
+  INFO_PROBE_ERROR = 3,      /* device_count failed with another code, or every device_props */
   INFO_PROBE_CRASHED = 4,    /* --isolate: the probe child died of a signal */
   INFO_PROBE_TIMED_OUT = 5,  /* --isolate: the probe child did not answer in time */
   INFO_PROBE_CHILD_FAILED = 6 /* --isolate: the child exited without a full answer */

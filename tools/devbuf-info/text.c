@@ -150,8 +150,11 @@ const char *info_plugin_reason(const info_plugin *p, char *buf, size_t cap) {
       snprintf(buf, cap, "no device: %s", p->probe_reason);
       return buf;
     case INFO_PROBE_ERROR:
-      snprintf(buf, cap, "device_count failed (%s): %s", devbuf_status_name(p->probe_status),
-               p->probe_reason);
+      /* device_count failed, or every device refused device_props (whose
+       * reason says so: collect.c). */
+      snprintf(buf, cap, "%s failed (%s): %s",
+               strncmp(p->probe_reason, "device_props ", 13) == 0 ? "probe" : "device_count",
+               devbuf_status_name(p->probe_status), p->probe_reason);
       return buf;
     case INFO_PROBE_CRASHED:
     case INFO_PROBE_TIMED_OUT:

@@ -106,7 +106,10 @@ from ._devbuf import ArrowArray, from_arrow  # noqa: E402
 # Headers for C and Cython consumers (`cimport devbuf`, devbuf/__init__.pxd).
 from ._include import get_include  # noqa: E402
 
-__all__ += ["ArrowArray", "from_arrow", "get_include"]
+# NumPy for the dtypes its buffer reader refuses (datetime64, timedelta64).
+from ._numpy import to_numpy  # noqa: E402
+
+__all__ += ["ArrowArray", "from_arrow", "get_include", "to_numpy"]
 
 # Plugins shipped as Python packages (the "devbuf.plugins" entry-point group),
 # last, once the package is whole: a plugin package may import devbuf.

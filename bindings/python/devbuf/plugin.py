@@ -73,6 +73,7 @@ __all__ = [
     "check_signature",
     "address_of",
     "run_conformance",
+    "run_dtype_conformance",
     "SLOTS",
     "MANDATORY_SLOTS",
     "OPTIONAL_SLOTS",
@@ -275,13 +276,19 @@ class Registration:
         # The table refuses a second unregister on its own.
         if self._table.state != "registered":
             raise RuntimeError(f"python plugin '{self.name}' is not registered")
+        # Held until the record below is gone: the table drops its reference,
+        # and a plugin object made meanwhile (another thread) could otherwise
+        # get this one's id() and be refused as "already registered".
+        plugin = self._table.plugin  # noqa: F841
         self._table.unregister()
         for ns in self._namespaces:
             if ns.state == "registered":
                 ns.unregister()
         self._namespaces = ()
         with _lock:
-            _registrations.pop(self._plugin_id, None)
+            if _registrations.get(self._plugin_id) is self:
+                del _registrations[self._plugin_id]
+        del plugin
 
     def __enter__(self) -> "Registration":
         return self
@@ -474,17 +481,55 @@ class ConformanceResult:
 
 
 def run_conformance(identifier: str, checks: Sequence[str] = (), *,
-                    allow_no_device: bool = False) -> ConformanceResult:
+                    allow_no_device: bool = False, isolate: bool = False,
+                    timeout: Optional[float] = None) -> ConformanceResult:
     """Run the devbuf_conformance suite (tests/conformance/conformance.c, the
-    same code as the executable) against ``identifier`` inside this process,
-    where Python plugins exist. The GIL is released while it runs; the suite's
-    own threads call into the plugin."""
+    same code as the executable) against ``identifier``, where Python plugins
+    exist: this process. The GIL is released while it runs; the suite's own
+    threads call into the plugin.
+
+    By default every check runs in this process, one after another (the
+    executable's ``--in-process``). With ``isolate=True`` each check runs in
+    a forked copy of this process with a deadline (``timeout`` seconds per
+    check, default 120), as the executable does by default: a plugin that
+    crashes, aborts or hangs gets that check's FAIL line, the run its summary
+    line, and this process survives. Fork only from a process whose other
+    threads hold no lock the plugin needs (the copy has only the calling
+    thread)."""
     args: List[str] = []
     if allow_no_device:
         args.append("--allow-no-device")
+    if not isolate:
+        args.append("--in-process")
+    elif timeout is not None:
+        args += ["--timeout", repr(float(timeout))]
     for c in checks:
         args += ["--check", c]
     args.append(identifier)
+    rc, out = _pyplugin.run_conformance(args)
+    return ConformanceResult(rc, out)
+
+
+def run_dtype_conformance(namespace: str, payloads: Sequence[str], checks: Sequence[str] = (),
+                          *, isolate: bool = False,
+                          timeout: Optional[float] = None) -> ConformanceResult:
+    """The suite's dtype-namespace checks (``devbuf_conformance --dtype``) on
+    ``namespace`` (registered here, built in, or a loaded plugin's) with
+    ``payloads`` it understands: parsing, itemsize and alignment, the DLPack
+    dtype, refusal of malformed payloads, and interpretation from several
+    threads at once. ``isolate`` and ``timeout`` as for run_conformance."""
+    if not payloads:
+        raise ValueError("give at least one payload the namespace understands")
+    args: List[str] = ["--dtype"]
+    if not isolate:
+        args.append("--in-process")
+    elif timeout is not None:
+        args += ["--timeout", repr(float(timeout))]
+    for c in checks:
+        args += ["--check", c]
+    for p in payloads:
+        args += ["--payload", p]
+    args.append(namespace)
     rc, out = _pyplugin.run_conformance(args)
     return ConformanceResult(rc, out)
 

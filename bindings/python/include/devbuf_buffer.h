@@ -350,9 +350,26 @@ static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
 /* The per-type cache of advertised values, keyed by (type, version tag).
  * Version tags are never reused, and a hit needs the tag to be valid now, so
  * a hit is always current. Direct-mapped; one static table per translation
- * unit, guarded by the GIL. */
-#if !defined(Py_GIL_DISABLED)
+ * unit.
+ * Locking: with the GIL the table is shared and the GIL guards it. Without
+ * it (free-threaded builds) each thread has its own table (thread-local
+ * storage): nothing is shared, so a hit costs no atomic and no lock, and an
+ * entry is never seen half-written; the type's version tag is read with a
+ * relaxed atomic load, as CPython's own type cache reads it. A thread's
+ * first request for a type pays one attribute lookup. */
+#if defined(Py_GIL_DISABLED)
+#define DEVBUFPY__SF_CACHE 16
+#if defined(__cplusplus)
+#define DEVBUFPY__SF_TLS thread_local
+#elif defined(_MSC_VER)
+#define DEVBUFPY__SF_TLS __declspec(thread)
+#else
+#define DEVBUFPY__SF_TLS _Thread_local
+#endif
+#else
 #define DEVBUFPY__SF_CACHE 32
+#define DEVBUFPY__SF_TLS
+#endif
 typedef struct DevbufPy__sf_entry {
   PyTypeObject *type;
   unsigned int tag;  /* never 0 in a filled entry, so a reset tag never hits */
@@ -360,7 +377,7 @@ typedef struct DevbufPy__sf_entry {
 } DevbufPy__sf_entry;
 
 static inline DevbufPy__sf_entry *DevbufPy__SupportedFlagsSlot(PyTypeObject *type) {
-  static DevbufPy__sf_entry cache[DEVBUFPY__SF_CACHE];
+  static DEVBUFPY__SF_TLS DevbufPy__sf_entry cache[DEVBUFPY__SF_CACHE];
   return &cache[((size_t)(uintptr_t)type >> 5) & (DEVBUFPY__SF_CACHE - 1)];
 }
 
@@ -375,9 +392,13 @@ static inline unsigned int DevbufPy__CacheableTag(PyTypeObject *type) {
 #if PY_VERSION_HEX < 0x030D0000 && defined(Py_TPFLAGS_VALID_VERSION_TAG)
   if (!(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
 #endif
+#if defined(Py_GIL_DISABLED)
+  /* Another thread's PyType_Modified may reset it meanwhile. */
+  return _Py_atomic_load_uint_relaxed(&type->tp_version_tag);
+#else
   return type->tp_version_tag;
-}
 #endif
+}
 
 /* The draft's conventions: 0 -> every classic flag, -1 -> PyBUF_SIMPLE only. */
 static inline int DevbufPy__SupportedFromRaw(int raw) {
@@ -395,7 +416,7 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
     return 0;
   }
 #endif
-#if !defined(Py_GIL_DISABLED)
+  {
   DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
   unsigned int tag;
   if (e->type == type && e->tag == DevbufPy__CacheableTag(type)) {
@@ -405,7 +426,7 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
 #if PY_VERSION_HEX >= 0x030C0000
   /* 3.12+ may leave a type untagged until something asks; ask. Older
    * versions tag it in the lookup below, and the next call caches. */
-  if (type->tp_version_tag == 0) (void)PyUnstable_Type_AssignVersionTag(type);
+  if (DevbufPy__CacheableTag(type) == 0) (void)PyUnstable_Type_AssignVersionTag(type);
 #endif
   /* The tag before the lookup: if the lookup itself changed the type (a
    * metaclass __getattribute__ may run any code), the tag moves on and the
@@ -417,9 +438,7 @@ static inline int DevbufPy_GetBufferSupportedFlags(PyTypeObject *type, int *supp
     e->tag = tag;
     e->supported = DevbufPy__SupportedFromRaw(raw);
   }
-#else
-  if (DevbufPy__LookupSupportedFlags(type, &raw) < 0) return -1;
-#endif
+  }
   *supported = DevbufPy__SupportedFromRaw(raw);
   return 0;
 }
@@ -476,13 +495,10 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
      * PyObject_GetBuffer's own TypeError. */
     int supported;
     PyTypeObject *type = Py_TYPE(obj);
-#if !defined(Py_GIL_DISABLED)
     DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
     if (e->type == type && e->tag == DevbufPy__CacheableTag(type))
       supported = e->supported;
-    else
-#endif
-    if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) goto fail;
+    else if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) goto fail;
     if (required & ~supported) {
       DevbufPy__GetBufferExRefused(obj, required);
       goto fail;

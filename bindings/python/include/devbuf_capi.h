@@ -30,7 +30,22 @@
  *    Their errors come back in a devbuf_error; SetError turns one into the
  *    matching devbuf exception.
  *  - Types and exception objects in the table are borrowed references that
- *    live as long as the devbuf._devbuf module (forever, in practice). */
+ *    live as long as the devbuf._devbuf module (forever, in practice).
+ *
+ * Threads, and free-threaded CPython (3.13t, the GIL off)
+ *  - Every View_* and Buffer_* function locks the object it is given for
+ *    the duration of the call (CPython's per-object critical section; a
+ *    no-op with the GIL), as devbuf's Python methods do: two threads may
+ *    call them on one view at once. A call that blocks (View_Synchronize,
+ *    a copy) lets other threads in meanwhile, exactly where the GIL would
+ *    have been released; the view stays pinned (it cannot be released)
+ *    until the call returns.
+ *  - The pointers View_GetInfo fills in stay valid until the view is
+ *    released. Another thread may release it: share a view between threads
+ *    only with an agreement on who releases it (or one reference each and
+ *    release at the last), as for a memoryview.
+ *  - The devbuf_* runtime functions are thread-safe (the C registries have
+ *    their own locks) and take no Python lock. */
 #ifndef DEVBUF_CAPI_H
 #define DEVBUF_CAPI_H
 

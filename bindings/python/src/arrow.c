@@ -826,10 +826,12 @@ static int import_prepare(DbpArrowImport *a) {
   return 0;
 }
 
-static int import_getbuffer(DbpArrowImport *a, Py_buffer *view, int flags) {
+static int import_getbuffer_locked(DbpArrowImport *a, Py_buffer *view, int flags) {
   if (flags & PyBUF_WRITABLE) {
-    PyErr_SetString(PyExc_BufferError,
-                    "devbuf.ArrowArray is read-only: Arrow arrays are immutable");
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.ArrowArray is read-only: Arrow arrays are immutable (the producer: "
+                 "%.100s), so a writable request is refused",
+                 a->source ? Py_TYPE(a->source)->tp_name : "unknown");
     return -1;
   }
   if (dbp_refuse_flat_format("devbuf.ArrowArray", a->format, flags) < 0) return -1;
@@ -873,10 +875,13 @@ static int import_getbuffer(DbpArrowImport *a, Py_buffer *view, int flags) {
   return 0;
 }
 
-static void import_releasebuffer(DbpArrowImport *a, Py_buffer *view) {
+static void import_releasebuffer_locked(DbpArrowImport *a, Py_buffer *view) {
   (void)view;
   a->exports--; /* nothing to free early: the array goes at deallocation */
 }
+/* Locked (dbp.h): the export count and the lazily opened device_info. */
+DBP_LOCKED_GETBUFFER(DbpArrowImport, import_getbuffer)
+DBP_LOCKED_RELEASEBUFFER(DbpArrowImport, import_releasebuffer)
 
 static PyBufferProcs import_as_buffer = {
     .bf_getbuffer = (getbufferproc)import_getbuffer,

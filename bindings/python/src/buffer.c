@@ -186,6 +186,17 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     return NULL;
   }
   self->nbytes = (size_t)(items * itemsize);
+  /* Strided copies and exports do their byte arithmetic in Py_ssize_t with
+   * room for a sign and an offset: no buffer is larger than half of it. Say
+   * so as the size it is, not as a stride overflow. */
+  if (self->nbytes > (size_t)(PY_SSIZE_T_MAX / 2)) {
+    PyErr_Format(PyExc_MemoryError,
+                 "devbuf.DeviceBuffer: %zu bytes (%zd items of %zd bytes) is more than one "
+                 "buffer can hold: at most %zd bytes",
+                 self->nbytes, items, itemsize, PY_SSIZE_T_MAX / 2);
+    Py_DECREF(self);
+    return NULL;
+  }
   if (dbp_layout_check("devbuf.DeviceBuffer", format, itemsize, ndim, shape, self->strides,
                        (Py_ssize_t)self->nbytes, (Py_ssize_t)self->nbytes, DBP_LAYOUT_OWN) < 0) {
     Py_DECREF(self);
@@ -202,8 +213,10 @@ DbpBuffer *dbp_buffer_new(DbpDevice *device, int ndim, const Py_ssize_t *shape,
     size_t n = (self->nbytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
     ptr = aligned_alloc(HOST_ALIGN, n ? n : HOST_ALIGN);
     if (ptr == NULL) {
+      PyErr_Format(PyExc_MemoryError, "devbuf.DeviceBuffer: cannot allocate %zu bytes of host memory",
+                   self->nbytes);
       Py_DECREF(self);
-      return (DbpBuffer *)PyErr_NoMemory();
+      return NULL;
     }
   } else {
     devbuf_error err;
@@ -381,6 +394,21 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
                                   itemsize ? itemsize : 1, 0);
   if (out == NULL) return NULL;
   if (out->nbytes == 0) return out;
+  if (dbp_download_into(dev, host_readable, ptr, ndim, shape, strides, itemsize, event,
+                        (char *)out->ptr, out->nbytes) < 0)
+    Py_CLEAR(out);
+  return out;
+}
+
+int dbp_download_into(const devbuf_device *dev, int host_readable, const void *ptr, int ndim,
+                      const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
+                      void *event, char *out_ptr, size_t out_nbytes) {
+  /* The destination under the name the copy below was written with. */
+  struct {
+    char *ptr;
+    size_t nbytes;
+  } out_s = {out_ptr, out_nbytes}, *out = &out_s;
+  if (out->nbytes == 0) return 0;
   /* The byte range [lo, hi) the source covers, so strided and negative-
    * stride sources copy what they span and are gathered on the host. */
   Py_ssize_t lo = 0, hi = itemsize;
@@ -408,8 +436,8 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
   if (!contiguous && !direct && !by_runs) {
     tmp = PyMem_RawMalloc(span);
     if (tmp == NULL) {
-      Py_DECREF(out);
-      return (DbpBuffer *)PyErr_NoMemory();
+      PyErr_NoMemory();
+      return -1;
     }
     dst = tmp;
   }
@@ -440,13 +468,14 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
   Py_END_ALLOW_THREADS
   PyMem_RawFree(tmp);
   if (rc != DEVBUF_OK) {
-    Py_DECREF(out);
-    return (DbpBuffer *)dbp_raise(&err);
+    dbp_raise(&err);
+    return -1;
   }
-  return out;
+  return 0;
 }
 
-static PyObject *buffer_to_host(DbpBuffer *self, PyObject *unused) {
+/* Every entry point below runs with `self` locked (dbp.h: DBP_LOCKED_*). */
+static PyObject *buffer_to_host_locked(DbpBuffer *self, PyObject *unused) {
   if (check_alive(self) < 0) return NULL;
   self->pins++;
   DbpBuffer *out = dbp_buffer_download(&self->device->dev, self->host_readable, self->ptr,
@@ -458,9 +487,9 @@ static PyObject *buffer_to_host(DbpBuffer *self, PyObject *unused) {
   return (PyObject *)out;
 }
 
-PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target) {
+static PyObject *buffer_copy_to_locked(DbpBuffer *self, DbpDevice *target) {
   if (check_alive(self) < 0) return NULL;
-  if (target->is_host && target->dev.backend == NULL) return buffer_to_host(self, NULL);
+  if (target->is_host && target->dev.backend == NULL) return buffer_to_host_locked(self, NULL);
   const devbuf_device *sdev = &self->device->dev;
   if (self->kind == DBP_MEM_DEVICE && target->dev.backend == sdev->backend &&
       target->dev.ordinal == sdev->ordinal) {
@@ -494,7 +523,7 @@ PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target) {
     return (PyObject *)out;
   }
   /* Elsewhere: through the host. */
-  DbpBuffer *host = (DbpBuffer *)buffer_to_host(self, NULL);
+  DbpBuffer *host = (DbpBuffer *)buffer_to_host_locked(self, NULL);
   if (host == NULL) return NULL;
   if (target->is_host) return (PyObject *)host;
   Py_buffer hv;
@@ -506,6 +535,10 @@ PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target) {
   PyBuffer_Release(&hv);
   Py_DECREF(host);
   return (PyObject *)out;
+}
+
+PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target) {
+  DBP_RETURN_LOCKED(PyObject *, self, buffer_copy_to_locked(self, target));
 }
 
 /* ---- the buffer protocol ------------------------------------------------------------ */
@@ -638,7 +671,7 @@ static DBP_COLD int buffer_getbuffer_slow(DbpBuffer *self, Py_buffer *view, int 
   return export_fill(self, view, flags, device_export);
 }
 
-static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
+static int buffer_getbuffer_locked(DbpBuffer *self, Py_buffer *view, int flags) {
   /* Fast path: the request asks only for what this buffer serves as it is
    * (fast_flags), the memory is alive, there is no PyBUF_FORMAT without
    * PyBUF_ND, the export needs nothing done first (for a device export the
@@ -657,12 +690,14 @@ static int buffer_getbuffer(DbpBuffer *self, Py_buffer *view, int flags) {
   return export_fill(self, view, flags, device_export);
 }
 
-static void buffer_releasebuffer(DbpBuffer *self, Py_buffer *view) {
+static void buffer_releasebuffer_locked(DbpBuffer *self, Py_buffer *view) {
   /* As bytearray: count down (ledger.n), never touch view->obj (the caller
    * decrefs); but only for an export that is alive (a double release would
    * let free() run under a live one). */
   dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer");
 }
+DBP_LOCKED_GETBUFFER(DbpBuffer, buffer_getbuffer)
+DBP_LOCKED_RELEASEBUFFER(DbpBuffer, buffer_releasebuffer)
 
 static PyBufferProcs buffer_as_buffer = {
     .bf_getbuffer = (getbufferproc)buffer_getbuffer,
@@ -671,7 +706,7 @@ static PyBufferProcs buffer_as_buffer = {
 
 /* ---- methods ------------------------------------------------------------------------ */
 
-static PyObject *buffer_free(DbpBuffer *self, PyObject *unused) {
+static PyObject *buffer_free_locked(DbpBuffer *self, PyObject *unused) {
   if (self->freed) Py_RETURN_NONE;
   if (self->ledger.n > 0 || self->pins > 0) {
     PyErr_Format(PyExc_BufferError,
@@ -687,32 +722,73 @@ static PyObject *buffer_free(DbpBuffer *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *buffer_synchronize(DbpBuffer *self, PyObject *unused) {
+DBP_LOCKED_METH(DbpBuffer, buffer_free)
+
+static PyObject *buffer_synchronize_locked(DbpBuffer *self, PyObject *unused) {
   if (check_alive(self) < 0 || settle(self) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
-static PyObject *buffer_copy_to_m(DbpBuffer *self, PyObject *arg) {
-  DbpDevice *d = dbp_device_get(arg);
-  if (d == NULL) return NULL;
-  PyObject *out = dbp_buffer_copy_to(self, d);
-  Py_DECREF(d);
-  return out;
+DBP_LOCKED_METH(DbpBuffer, buffer_synchronize)
+
+/* Copy into the caller's `out` (copy_into.c); target NULL: host only. */
+static PyObject *buffer_copy_into(DbpBuffer *self, PyObject *out, DbpDevice *target, int any,
+                                  const char *what) {
+  if (check_alive(self) < 0) return NULL;
+  dbp_copy_src s = {&self->device->dev, self->host_readable, self->ptr, self->nbytes, self->ndim,
+                    self->shape, self->strides, self->itemsize, self->format, self->event};
+  self->pins++;
+  PyObject *r = dbp_copy_into(&s, out, target, any, what);
+  self->pins--;
+  return r;
 }
 
-static PyObject *buffer_enter(DbpBuffer *self, PyObject *unused) {
+static PyObject *buffer_to_host_m_locked(DbpBuffer *self, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *out;
+  if (nargs == 0 && kwnames == NULL) return buffer_to_host_locked(self, NULL);
+  if (dbp_parse_out_kw("to_host", args, nargs, kwnames, 0, NULL, &out) < 0) return NULL;
+  if (out == NULL) return buffer_to_host_locked(self, NULL);
+  return buffer_copy_into(self, out, NULL, 0, "devbuf.DeviceBuffer.to_host(out=...)");
+}
+DBP_LOCKED_FASTMETH(DbpBuffer, buffer_to_host_m)
+
+static PyObject *buffer_copy_to_m_locked(DbpBuffer *self, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *dev_arg = NULL, *out; /* NULL: not given; None: the host */
+  if (dbp_parse_out_kw("copy_to", args, nargs, kwnames, 1, &dev_arg, &out) < 0) return NULL;
+  if (out == NULL && dev_arg == NULL) {
+    PyErr_SetString(PyExc_TypeError, "copy_to() needs a device, or out= (a buffer to copy into)");
+    return NULL;
+  }
+  DbpDevice *d = NULL;
+  if (dev_arg != NULL && (d = dbp_device_get(dev_arg)) == NULL) return NULL;
+  PyObject *r = out != NULL ? buffer_copy_into(self, out, d, d == NULL,
+                                               "devbuf.DeviceBuffer.copy_to(out=...)")
+                            : buffer_copy_to_locked(self, d);
+  Py_XDECREF(d);
+  return r;
+}
+DBP_LOCKED_FASTMETH(DbpBuffer, buffer_copy_to_m)
+
+static PyObject *buffer_enter_locked(DbpBuffer *self, PyObject *unused) {
   if (check_alive(self) < 0) return NULL;
   return Py_NewRef(self);
 }
+DBP_LOCKED_METH(DbpBuffer, buffer_enter)
 
-static PyObject *buffer_exit(DbpBuffer *self, PyObject *args) { return buffer_free(self, NULL); }
+static PyObject *buffer_exit(PyObject *self, PyObject *args) { return buffer_free(self, NULL); }
 
 static PyMethodDef buffer_methods[] = {
-    {"to_host", (PyCFunction)buffer_to_host, METH_NOARGS,
-     "to_host() -> DeviceBuffer on the host: a copy, after waiting for pending work. "
-     "memoryview() and numpy.asarray() accept the result."},
-    {"copy_to", (PyCFunction)buffer_copy_to_m, METH_O,
-     "copy_to(device) -> DeviceBuffer: a copy on `device` (Device, 'id' or 'id:N')."},
+    {"to_host", (PyCFunction)(void (*)(void))buffer_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host(*, out=None) -> DeviceBuffer on the host: a copy, after waiting for pending work. "
+     "memoryview() and numpy.asarray() accept the result. With out (a writable host buffer of "
+     "the same size, C order, same shape and item type or flat bytes): copies into it and "
+     "returns it."},
+    {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to_m, METH_FASTCALL | METH_KEYWORDS,
+     "copy_to(device, *, out=None) -> DeviceBuffer: a copy on `device` (Device, 'id' or "
+     "'id:N'; None: the host); with out (a writable buffer on that device, e.g. another DeviceBuffer, or host "
+     "memory): copies into it and returns it."},
     {"free", (PyCFunction)buffer_free, METH_NOARGS,
      "Give the memory back now. BufferError while exported; later use raises ValueError."},
     {"synchronize", (PyCFunction)buffer_synchronize, METH_NOARGS,
@@ -736,16 +812,20 @@ static PyObject *get_itemsize(DbpBuffer *self, void *c) { return PyLong_FromSsiz
 static PyObject *get_ndim(DbpBuffer *self, void *c) { return PyLong_FromLong(self->ndim); }
 static PyObject *get_nbytes(DbpBuffer *self, void *c) { return PyLong_FromSize_t(self->nbytes); }
 static PyObject *get_readonly(DbpBuffer *self, void *c) { return PyBool_FromLong(self->readonly); }
-static PyObject *get_freed(DbpBuffer *self, void *c) { return PyBool_FromLong(self->freed); }
-static PyObject *get_exports(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->ledger.n); }
-static PyObject *get_ptr(DbpBuffer *self, void *c) {
+static PyObject *get_freed_locked(DbpBuffer *self, void *c) { return PyBool_FromLong(self->freed); }
+static PyObject *get_exports_locked(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->ledger.n); }
+static PyObject *get_ptr_locked(DbpBuffer *self, void *c) {
   if (check_alive(self) < 0) return NULL;
   return PyLong_FromVoidPtr(self->ptr);
 }
-static PyObject *get_event(DbpBuffer *self, void *c) {
+static PyObject *get_event_locked(DbpBuffer *self, void *c) {
   if (self->event == NULL) Py_RETURN_NONE;
   return PyLong_FromVoidPtr(self->event);
 }
+DBP_LOCKED_GETTER(DbpBuffer, get_freed)
+DBP_LOCKED_GETTER(DbpBuffer, get_exports)
+DBP_LOCKED_GETTER(DbpBuffer, get_ptr)
+DBP_LOCKED_GETTER(DbpBuffer, get_event)
 
 static PyGetSetDef buffer_getset[] = {
     {"device", (getter)get_device, NULL, "the Device the memory is on", NULL},

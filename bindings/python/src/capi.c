@@ -37,9 +37,16 @@ static PyObject *capi_view_from_object(PyObject *obj, int flags) {
   return (PyObject *)dbp_view_new(obj, flags & PyBUF_WRITABLE);
 }
 
+static int view_get_info_locked(DbpView *v, DevbufPy_ViewInfo *out);
+
+/* The C API's view entries lock the view as its Python methods do (dbp.h). */
 static int capi_view_get_info(PyObject *view, DevbufPy_ViewInfo *out) {
   DbpView *v = as_view(view);
   if (v == NULL) return -1;
+  DBP_RETURN_LOCKED(int, v, view_get_info_locked(v, out));
+}
+
+static int view_get_info_locked(DbpView *v, DevbufPy_ViewInfo *out) {
   if (out == NULL || out->struct_size < offsetof(DevbufPy_ViewInfo, buffer) + sizeof(void *)) {
     PyErr_SetString(PyExc_ValueError, "DevbufPy_ViewInfo: struct_size not set or too small");
     return -1;
@@ -71,17 +78,20 @@ static int capi_view_get_info(PyObject *view, DevbufPy_ViewInfo *out) {
 
 static int capi_view_synchronize(PyObject *view) {
   DbpView *v = as_view(view);
-  return v ? dbp_view_synchronize(v) : -1;
+  if (v == NULL) return -1;
+  DBP_RETURN_LOCKED(int, v, dbp_view_synchronize(v));
 }
 
 static int capi_view_release(PyObject *view) {
   DbpView *v = as_view(view);
-  return v ? dbp_view_release(v) : -1;
+  if (v == NULL) return -1;
+  DBP_RETURN_LOCKED(int, v, dbp_view_release(v));
 }
 
 static PyObject *capi_view_to_host(PyObject *view) {
   DbpView *v = as_view(view);
-  return v ? dbp_view_to_host(v) : NULL;
+  if (v == NULL) return NULL;
+  DBP_RETURN_LOCKED(PyObject *, v, dbp_view_to_host(v));
 }
 
 static PyObject *capi_buffer_empty(PyObject *shape, const char *format, PyObject *device) {

@@ -19,6 +19,8 @@
 #include "devbuf_buffer.h"
 #include "export_ledger.h"
 
+#include "dbp_lock.h"
+
 /* ---- errors.c ------------------------------------------------------------ */
 extern PyObject *dbp_Error;             /* devbuf.Error (Exception) */
 extern PyObject *dbp_PluginError;       /* devbuf.PluginError (Error) */
@@ -125,7 +127,39 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
                                size_t nbytes, int ndim, const Py_ssize_t *shape,
                                const Py_ssize_t *strides, const char *format,
                                Py_ssize_t itemsize, void *event);
+/* The same copy into `out_nbytes` (the layout's size) of C-ordered host
+ * memory at out_ptr. 0, or -1 with an exception. */
+int dbp_download_into(const devbuf_device *dev, int host_readable, const void *ptr, int ndim,
+                      const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
+                      void *event, char *out_ptr, size_t out_nbytes);
 PyObject *dbp_buffer_copy_to(DbpBuffer *self, DbpDevice *target);
+
+/* ---- copy_into.c ------------------------------------------------------------- */
+/* A copy's source: `nbytes` described by ndim/shape/strides (strides NULL:
+ * C order) at `ptr` on `dev` (NULL or no backend: host memory), readable by
+ * the host once `event` completed when host_readable. */
+typedef struct {
+  const devbuf_device *dev;
+  int host_readable;
+  const void *ptr;
+  size_t nbytes;
+  int ndim;
+  const Py_ssize_t *shape;
+  const Py_ssize_t *strides;
+  Py_ssize_t itemsize;
+  const char *format;
+  void *event;
+} dbp_copy_src;
+/* Copy the source into `out`, a writable buffer of the same size and layout
+ * (or flat bytes) on `target` (NULL or the host: host memory), or on any
+ * device when any_device. New reference to out, or NULL with an exception
+ * (TypeError, BufferError, ValueError naming what does not fit). */
+PyObject *dbp_copy_into(const dbp_copy_src *s, PyObject *out, DbpDevice *target, int any_device,
+                        const char *what);
+/* Parse (pos[0..npos), *, out=None) of a fastcall method (`device` may also
+ * be a keyword for pos[0]); *out NULL when absent or None. 0 or -1. */
+int dbp_parse_out_kw(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames, Py_ssize_t npos, PyObject **pos, PyObject **out);
 PyObject *dbp_empty(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs);
 

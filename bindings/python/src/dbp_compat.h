@@ -61,4 +61,38 @@ static inline int dbp_compat_AddObjectRef(PyObject *module, const char *name, Py
 #define dbp_compat_LookupAttr _PyObject_LookupAttr
 #endif
 
+/* 3.13 added PyDict_GetItemRef: a new reference (1), absent (0) or an
+ * error (-1). Without the GIL a borrowed value (PyDict_GetItemWithError)
+ * may be freed by another thread before it is used; this is the safe form
+ * everywhere a dict is shared. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define dbp_compat_DictGetItemRef PyDict_GetItemRef
+#else
+static inline int dbp_compat_DictGetItemRef(PyObject *d, PyObject *key, PyObject **out) {
+  *out = PyDict_GetItemWithError(d, key);
+  if (*out != NULL) {
+    Py_INCREF(*out);
+    return 1;
+  }
+  return PyErr_Occurred() ? -1 : 0;
+}
+#endif
+
+/* 3.13 added PyDict_Pop: remove d[key] and hand it over (1), absent (0),
+ * error (-1), in one step even without the GIL. Before 3.13 the GIL makes
+ * the lookup and the deletion one step, as long as neither runs Python code
+ * (str keys, values without finalizers: the callers' case). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define dbp_compat_DictPop PyDict_Pop
+#else
+static inline int dbp_compat_DictPop(PyObject *d, PyObject *key, PyObject **out) {
+  int found = dbp_compat_DictGetItemRef(d, key, out);
+  if (found > 0 && PyDict_DelItem(d, key) < 0) {
+    Py_CLEAR(*out);
+    return -1;
+  }
+  return found;
+}
+#endif
+
 #endif /* DBP_COMPAT_H */

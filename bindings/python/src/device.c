@@ -10,6 +10,9 @@
 
 static PyObject *g_cache;       /* spelling (str) -> Device */
 static DbpDevice *g_host;       /* the host device, created on first use */
+/* Without the GIL: makes "look up, else create and cache" one step, so that
+ * one spelling never gets two Devices, and guards g_host's first use. */
+static dbp_mutex g_dev_lock;
 
 static void device_dealloc(DbpDevice *self) {
   Py_XDECREF(self->spec);
@@ -31,25 +34,35 @@ static int cache_put(PyObject *key, DbpDevice *d) {
   return PyDict_SetItem(g_cache, key, (PyObject *)d);
 }
 
-/* A borrowed cached Device for `key`, or NULL (with an exception only on
- * error). A Device whose plugin was unregistered is dropped, so that a plugin
- * registered later under the same identifier gets a fresh Device. */
+/* A new reference to the cached Device for `key`, or NULL (with an
+ * exception only on error). A Device whose plugin was unregistered is
+ * dropped, so that a plugin registered later under the same identifier gets
+ * a fresh Device. */
 static PyObject *cache_get(PyObject *key) {
-  PyObject *hit = PyDict_GetItemWithError(g_cache, key);
-  if (hit == NULL) return NULL;
+  PyObject *hit = NULL;
+  if (dbp_compat_DictGetItemRef(g_cache, key, &hit) <= 0) return NULL;
   DbpDevice *d = (DbpDevice *)hit;
   if (d->dev.backend == NULL || devbuf_device_is_live(&d->dev)) return hit;
+  Py_DECREF(hit);
   if (PyDict_DelItem(g_cache, key) < 0) return NULL;
   return NULL;
 }
 
+static DbpDevice *device_from_devbuf_locked(const devbuf_device *dev);
+
 DbpDevice *dbp_device_from_devbuf(const devbuf_device *dev) {
+  DBP_MUTEX_LOCK(&g_dev_lock);
+  DbpDevice *d = device_from_devbuf_locked(dev);
+  DBP_MUTEX_UNLOCK(&g_dev_lock);
+  return d;
+}
+
+static DbpDevice *device_from_devbuf_locked(const devbuf_device *dev) {
   PyObject *spec = PyUnicode_FromFormat("%s:%d", dev->identifier, dev->ordinal);
   if (spec == NULL) return NULL;
   PyObject *hit = cache_get(spec);
   if (hit != NULL) {
     Py_DECREF(spec);
-    Py_INCREF(hit);
     return (DbpDevice *)hit;
   }
   if (PyErr_Occurred()) {
@@ -77,13 +90,38 @@ DbpDevice *dbp_device_from_devbuf(const devbuf_device *dev) {
   return d;
 }
 
+static DbpDevice *device_host_locked(void);
+
 DbpDevice *dbp_device_host(void) {
+#if defined(Py_GIL_DISABLED)
+  /* Set once and never changed (it lives as long as the module): after the
+   * first call an acquire load is all it costs. */
+  DbpDevice *h = (DbpDevice *)_Py_atomic_load_ptr_acquire(&g_host);
+  if (h != NULL) return h;
+#else
+  if (g_host != NULL) return g_host;
+#endif
+  DBP_MUTEX_LOCK(&g_dev_lock);
+  DbpDevice *d = device_host_locked();
+  DBP_MUTEX_UNLOCK(&g_dev_lock);
+  return d;
+}
+
+static void set_host(DbpDevice *d) {
+#if defined(Py_GIL_DISABLED)
+  _Py_atomic_store_ptr_release(&g_host, d);
+#else
+  g_host = d;
+#endif
+}
+
+static DbpDevice *device_host_locked(void) {
   if (g_host != NULL) return g_host;
   devbuf_device dev;
   devbuf_error err;
   devbuf_error_clear(&err);
   if (devbuf_device_open_ordinal("cpu", 0, &dev, &err) == DEVBUF_OK) {
-    g_host = dbp_device_from_devbuf(&dev);
+    set_host(device_from_devbuf_locked(&dev));
     return g_host;
   }
   /* No cpu plugin (DEVBUF_NO_DEFAULT_PLUGINS, say): a stand-in that only
@@ -100,7 +138,7 @@ DbpDevice *dbp_device_host(void) {
     Py_DECREF(d);
     return NULL;
   }
-  g_host = d;
+  set_host(d);
   return g_host;
 }
 
@@ -120,11 +158,8 @@ DbpDevice *dbp_device_get(PyObject *arg) {
                  Py_TYPE(arg)->tp_name);
     return NULL;
   }
-  PyObject *hit = cache_get(arg);
-  if (hit != NULL) {
-    Py_INCREF(hit);
-    return (DbpDevice *)hit;
-  }
+  PyObject *hit = cache_get(arg); /* a new reference */
+  if (hit != NULL) return (DbpDevice *)hit;
   if (PyErr_Occurred()) return NULL;
   const char *spec = PyUnicode_AsUTF8(arg);
   if (spec == NULL) return NULL;

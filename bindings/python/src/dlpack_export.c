@@ -247,8 +247,9 @@ static int get_export(PyObject *obj, DevbufPy_buffer_ext *ext) {
 #ifndef Py_HAVE_BUFFER_DEVICE_EXTENSION
   PyTypeObject *tp = Py_TYPE(obj);
   if (tp == &DbpBuffer_Type || tp == &DbpView_Type) {
-    if (g_own_direct < 0) g_own_direct = own_direct_ok();
-    if (g_own_direct) {
+    int direct = DBP_LOAD_INT(&g_own_direct);
+    if (direct < 0) DBP_STORE_INT(&g_own_direct, direct = own_direct_ok());
+    if (direct) {
       ext->flags = 0;
       ext->ext_flags = 0;
       ext->view.obj = NULL;
@@ -551,6 +552,21 @@ static int typestr_of(const char *format, char *out, size_t cap) {
   devbuf_error err;
   int padded = 0;
   devbuf_error_clear(&err);
+  /* "[devbuf$datetime64(U)]" / "[devbuf$timedelta64(U)]" are NumPy's
+   * '<M8[U]' / '<m8[U]' (the unit was checked when the format was made):
+   * the way back to NumPy, whose buffer reader has no datetime. */
+  const uint16_t one = 1;
+  char native = *(const unsigned char *)&one == 1 ? '<' : '>';
+  size_t n = strlen(format);
+  for (int k = 0; k < 2; k++) {
+    const char *pre = k ? "[devbuf$timedelta64(" : "[devbuf$datetime64(";
+    size_t pl = strlen(pre);
+    if (n > pl + 2 && memcmp(format, pre, pl) == 0 && memcmp(format + n - 2, ")]", 2) == 0 &&
+        memchr(format + pl, ';', n - pl) == NULL && (size_t)snprintf(out, cap, "%c%c8[%.*s]", native,
+                                                         k ? 'm' : 'M', (int)(n - pl - 2),
+                                                         format + pl) < cap)
+      return 0;
+  }
   if (devbuf_dlpack_dtype_from_format(format, (size_t)-1, &dt, &padded, &err) != DEVBUF_OK) {
     PyErr_Format(PyExc_AttributeError, "no array-interface typestr for format '%s': %s", format,
                  err.message);
@@ -572,8 +588,7 @@ static int typestr_of(const char *format, char *out, size_t cap) {
                  format);
     return -1;
   }
-  const uint16_t one = 1;
-  char order = dt.bits == 8 ? '|' : (*(const unsigned char *)&one == 1 ? '<' : '>');
+  char order = dt.bits == 8 ? '|' : native;
   snprintf(out, cap, "%c%c%u", order, kind, (unsigned)(dt.bits / 8));
   return 0;
 }
@@ -613,7 +628,7 @@ static PyObject *interface_dict(PyObject *self, int cuda) {
                  s.identifier);
     goto done;
   }
-  char typestr[16];
+  char typestr[DEVBUF_DLPACK_FORMAT_MAX];
   if (typestr_of(ext.view.format ? ext.view.format : "B", typestr, sizeof typestr) < 0) goto done;
   if (!cuda && s.event != NULL && s.has_dev) {
     /* The host reads as soon as it has the dict. */
@@ -780,6 +795,12 @@ static int xa_dltensor_foreign(void *py_object, DLTensor *out) {
   if (!PyObject_TypeCheck(o, &DbpForeign_Type)) {
     PyErr_Format(PyExc_TypeError, "devbuf exchange table: expected a devbuf.ForeignArray, got %.100s",
                  Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  if (((DbpForeign *)o)->format_only) {
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf exchange table: this devbuf.ForeignArray holds '%s', which has no DLPack "
+                 "dtype", ((DbpForeign *)o)->desc.format);
     return -1;
   }
   *out = ((DbpForeign *)o)->tensor;

@@ -27,14 +27,21 @@ static PyObject *g_kwnames_ns[4];
 /* ---- ForeignArray ------------------------------------------------------------- */
 
 /* A few freed ForeignArrays kept for reuse: at ~2.8 KiB each, malloc and
- * free were a fifth of a from_dlpack() (the type is final, the GIL guards it). */
+ * free were a fifth of a from_dlpack() (the type is final, the GIL guards
+ * it). Without the GIL there is no freelist: a shared stack would need a
+ * lock on the hot path, and mimalloc's per-thread heaps already make the
+ * allocation cheap there. */
+#if defined(Py_GIL_DISABLED)
+enum { FOREIGN_FREELIST = 0 };
+#else
 enum { FOREIGN_FREELIST = 4 };
-static DbpForeign *g_foreign_free[FOREIGN_FREELIST];
+#endif
+static DbpForeign *g_foreign_free[FOREIGN_FREELIST > 0 ? FOREIGN_FREELIST : 1];
 static int g_foreign_nfree;
 
 static DbpForeign *foreign_alloc(int kind, PyObject *source) {
   DbpForeign *f;
-  if (g_foreign_nfree > 0) {
+  if (FOREIGN_FREELIST > 0 && g_foreign_nfree > 0) {
     f = g_foreign_free[--g_foreign_nfree];
     PyObject_Init((PyObject *)f, &DbpForeign_Type);
   } else {
@@ -206,11 +213,16 @@ static int foreign_prepare_device(DbpForeign *f) {
   return 0;
 }
 
-static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
+static const char *kind_name(int k);
+
+static int foreign_getbuffer_locked(DbpForeign *f, Py_buffer *view, int flags) {
   const devbuf_dlpack_desc *d = &f->desc;
   int readonly = (d->flags & DEVBUF_DLPACK_READONLY) != 0;
   if ((flags & PyBUF_WRITABLE) && readonly) {
-    PyErr_SetString(PyExc_BufferError, "devbuf.ForeignArray: the producer marked it read-only");
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.ForeignArray: the producer (%.100s, through %s) marked it read-only, "
+                 "so a writable request is refused",
+                 f->source ? Py_TYPE(f->source)->tp_name : "unknown", kind_name(f->kind));
     return -1;
   }
   /* As CPython's memoryview: without PyBUF_ND the export is flat bytes, and
@@ -275,7 +287,10 @@ static int foreign_getbuffer(DbpForeign *f, Py_buffer *view, int flags) {
   return 0;
 }
 
-static void foreign_releasebuffer(DbpForeign *f, Py_buffer *view) { f->exports--; }
+static void foreign_releasebuffer_locked(DbpForeign *f, Py_buffer *view) { f->exports--; }
+/* Locked (dbp.h): the export count, the event and the lazily made device_info. */
+DBP_LOCKED_GETBUFFER(DbpForeign, foreign_getbuffer)
+DBP_LOCKED_RELEASEBUFFER(DbpForeign, foreign_releasebuffer)
 
 static PyBufferProcs foreign_as_buffer = {
     .bf_getbuffer = (getbufferproc)foreign_getbuffer,
@@ -306,7 +321,7 @@ static void foreign_dealloc(DbpForeign *f) {
     }
   }
   Py_CLEAR(f->source);
-  if (g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;
+  if (FOREIGN_FREELIST > 0 && g_foreign_nfree < FOREIGN_FREELIST) g_foreign_free[g_foreign_nfree++] = f;
   else PyObject_Free(f);
 }
 
@@ -351,7 +366,8 @@ static PyObject *fget_version(DbpForeign *f, void *c) {
   if (f->kind != DBP_FOREIGN_DLPACK) Py_RETURN_NONE;
   return Py_BuildValue("(II)", f->desc.version.major, f->desc.version.minor);
 }
-static PyObject *fget_exports(DbpForeign *f, void *c) { return PyLong_FromSsize_t(f->exports); }
+static PyObject *fget_exports_locked(DbpForeign *f, void *c) { return PyLong_FromSsize_t(f->exports); }
+DBP_LOCKED_GETTER(DbpForeign, fget_exports)
 static PyObject *fget_event(DbpForeign *f, void *c) {
   if (f->event == NULL) Py_RETURN_NONE;
   return PyLong_FromVoidPtr(f->event);
@@ -762,6 +778,46 @@ static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
   return 0;
 }
 
+/* NumPy's datetime64 / timedelta64 typestr ('<M8[D]', '<m8[10s]') as
+ * devbuf's "[devbuf$datetime64(D)]" / "[devbuf$timedelta64(10s)]": 8-byte
+ * signed counts of the unit since the epoch, NaT the smallest int64. Any
+ * unit NumPy has, multiples included; the format engine checks the unit
+ * when the ForeignArray is described. 1 if mapped, 0 if not a time kind,
+ * -1 with BufferError. */
+static int time_format(PyObject *ts, char *fmt, size_t cap) {
+  const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
+  if (s == NULL) {
+    PyErr_Clear();
+    return 0; /* typestr_to_format says what is wrong with it */
+  }
+  if (s[0] == '\0' || (s[1] != 'M' && s[1] != 'm')) return 0;
+  const char *base = s[1] == 'M' ? "datetime64" : "timedelta64";
+  const uint16_t one = 1;
+  char native = *(const unsigned char *)&one == 1 ? '<' : '>';
+  size_t n = strlen(s);
+  if (s[2] != '8' || (s[3] != '\0' && s[3] != '[') || (s[3] == '[' && s[n - 1] != ']')) {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' is not a NumPy %s typestr (e.g. '<%c8[ns]')", s,
+                 base, s[1]);
+    return -1;
+  }
+  if (s[3] == '\0' || n == 5) {
+    PyErr_Format(PyExc_BufferError,
+                 "typestr '%s' is a %s without a unit (NumPy's generic unit): give the array "
+                 "one first, e.g. .astype('%c8[s]')",
+                 s, base, s[1]);
+    return -1;
+  }
+  if (s[0] != native && s[0] != '=' && s[0] != '|') {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' is not in native byte order", s);
+    return -1;
+  }
+  if ((size_t)snprintf(fmt, cap, "[devbuf$%s(%.*s)]", base, (int)(n - 5), s + 4) >= cap) {
+    PyErr_Format(PyExc_BufferError, "typestr '%s' has a unit too long for a devbuf format", s);
+    return -1;
+  }
+  return 1;
+}
+
 /* getattr(o, name, None) as a new reference; NULL with an exception only
  * for errors other than AttributeError. *out NULL when absent. */
 static int optional_attr(PyObject *o, const char *name, PyObject **out) {
@@ -780,7 +836,8 @@ static int ml_dtypes_format(PyObject *obj, char *fmt, size_t cap) {
   static const char *const names[] = {
       "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
       "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn",
-      "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4", "int2", "uint2"};
+      "float6_e3m2fn", "float4_e2m1fn", "int4", "uint4", "int2", "uint2", "int1", "uint1",
+      "complex32", "bcomplex32"};
   int found = 0, rc = -1;
   PyObject *dtype = NULL, *type = NULL, *mod = NULL, *name = NULL;
   if (optional_attr(obj, "dtype", &dtype) < 0) goto out;
@@ -795,6 +852,16 @@ static int ml_dtypes_format(PyObject *obj, char *fmt, size_t cap) {
       snprintf(fmt, cap, "[devbuf$%s]", n);
       found = 1;
     }
+  /* A newer ml_dtypes type: refused by its name, not as the anonymous
+   * '<V2' its typestr says (which would also fit a wrong same-sized type). */
+  if (!found && n != NULL) {
+    PyErr_Format(PyExc_BufferError,
+                 "ml_dtypes type '%s' is not one devbuf maps (it maps bfloat16, float8_*, "
+                 "float6_*, float4_e2m1fn, int4/2/1, uint4/2/1, complex32, bcomplex32): a newer "
+                 "ml_dtypes than this devbuf",
+                 n);
+    goto out;
+  }
 done:
   rc = found;
   if (PyErr_Occurred()) rc = -1;
@@ -839,10 +906,14 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
                  DEVBUF_DLPACK_MAX_NDIM);
     return NULL;
   }
-  char fmt[64];
+  char fmt[64], time_fmt[DEVBUF_DLPACK_FORMAT_MAX];
   int ml = ml_dtypes_format(obj, fmt, sizeof fmt);
   if (ml < 0) return NULL;
-  if (ml == 0 && typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
+  int tm = ml == 0 ? time_format(typestr, time_fmt, sizeof time_fmt) : 0;
+  if (tm < 0) return NULL;
+  /* A time type is stored as int64: described as one, then given its format. */
+  if (tm) snprintf(fmt, sizeof fmt, "q");
+  if (ml == 0 && !tm && typestr_to_format(typestr, fmt, sizeof fmt) < 0) return NULL;
   DLTensor t;
   memset(&t, 0, sizeof t);
   devbuf_error err;
@@ -875,6 +946,11 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
   t.ndim = (int32_t)nd;
   int64_t sh[DEVBUF_DLPACK_MAX_NDIM], st[DEVBUF_DLPACK_MAX_NDIM];
   for (Py_ssize_t i = 0; i < nd; i++) {
+    /* As NumPy: a bool is not a dimension (True would read as 1). */
+    if (PyBool_Check(PyTuple_GET_ITEM(shape, i))) {
+      PyErr_Format(PyExc_TypeError, "%s 'shape'[%zd] must be an int, not bool", what, i);
+      return NULL;
+    }
     sh[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
     if (sh[i] == -1 && PyErr_Occurred()) return NULL;
   }
@@ -915,6 +991,15 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
     Py_DECREF(f);
     return NULL;
   }
+  if (tm) {
+    /* Checked as any format (the unit by devbuf's namespace, 8 bytes). */
+    memcpy(f->desc.format, time_fmt, sizeof time_fmt);
+    f->format_only = 1;
+    if (check_desc(&f->desc, what) < 0) {
+      Py_DECREF(f);
+      return NULL;
+    }
+  }
   if (stream != NULL && stream != Py_None) {
     /* CAI v3: the data is produced on `stream`; the consumer must wait for
      * it. 0 is disallowed, 1 is the legacy and 2 the per-thread default. */
@@ -939,14 +1024,51 @@ static DbpForeign *import_interface(PyObject *obj, PyObject *d, int cuda) {
 
 /* ---- entry points ---------------------------------------------------------------------- */
 
+int dbp_route_note(PyObject **notes, const char *route) {
+  PyObject *t, *e, *tb;
+  PyErr_Fetch(&t, &e, &tb);
+  if (t == NULL) return 0;
+  PyErr_NormalizeException(&t, &e, &tb);
+  PyObject *line = PyUnicode_FromFormat("%s: %s: %S", route, ((PyTypeObject *)t)->tp_name,
+                                        e ? e : Py_None);
+  Py_XDECREF(t);
+  Py_XDECREF(e);
+  Py_XDECREF(tb);
+  if (line == NULL) return -1;
+  if (*notes == NULL && (*notes = PyList_New(0)) == NULL) {
+    Py_DECREF(line);
+    return -1;
+  }
+  int rc = PyList_Append(*notes, line);
+  Py_DECREF(line);
+  return rc;
+}
+
+void dbp_route_raise(PyObject *type, PyObject *notes, PyObject *obj) {
+  PyObject *sep = PyUnicode_FromString("; ");
+  PyObject *joined = sep ? PyUnicode_Join(sep, notes) : NULL;
+  Py_XDECREF(sep);
+  if (joined == NULL) return;
+  PyErr_Format(type, "devbuf cannot import %.100s by any route it speaks (%S)",
+               Py_TYPE(obj)->tp_name, joined);
+  Py_DECREF(joined);
+}
+
 PyObject *dbp_interop_exporter(PyObject *obj) {
+  return dbp_interop_exporter_noted(obj, NULL);
+}
+
+PyObject *dbp_interop_exporter_noted(PyObject *obj, PyObject **notes_out) {
   const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
   if (api != NULL) return (PyObject *)import_exchange(obj, api);
   if (PyErr_Occurred()) return NULL;
   /* Each protocol the object speaks, in order; one that cannot describe
    * the data (BufferError: NumPy's __dlpack__ for an ml_dtypes array) hands
-   * over to the next, and the first error is reported if none can. */
-  PyObject *t = NULL, *e = NULL, *tb = NULL, *f = NULL;
+   * over to the next. If none can, every route's reason is reported (into
+   * *notes_out when the caller collects them, else raised here). */
+  static const char *const route[3] = {"__dlpack__", "__cuda_array_interface__",
+                                       "__array_interface__"};
+  PyObject *notes = notes_out && *notes_out ? *notes_out : NULL, *f = NULL;
   for (int step = 0; step < 3 && f == NULL; step++) {
     PyObject *d = NULL;
     if (step == 0) {
@@ -969,24 +1091,17 @@ PyObject *dbp_interop_exporter(PyObject *obj) {
     }
     if (f == NULL) {
       if (!PyErr_ExceptionMatches(PyExc_BufferError)) break;
-      if (t == NULL) PyErr_Fetch(&t, &e, &tb);
-      else PyErr_Clear();
+      if (dbp_route_note(&notes, route[step]) < 0) break;
     }
   }
-  if (f != NULL) {
-    Py_XDECREF(t);
-    Py_XDECREF(e);
-    Py_XDECREF(tb);
-  } else if (t != NULL) {
-    if (PyErr_Occurred()) { /* a later hard error wins */
-      Py_DECREF(t);
-      Py_XDECREF(e);
-      Py_XDECREF(tb);
-    } else {
-      PyErr_Restore(t, e, tb);
-    }
+  if (notes_out != NULL) {
+    *notes_out = notes;
+  } else {
+    if (f == NULL && notes != NULL && !PyErr_Occurred()) /* a hard error wins */
+      dbp_route_raise(PyExc_BufferError, notes, obj);
+    Py_XDECREF(notes);
   }
-  return f; /* NULL without an exception: speaks none of them */
+  return f; /* NULL without an exception: speaks none of them (or notes hold why) */
 }
 
 /* The device a from_dlpack() result must end up on: *id NULL when any. */
@@ -1070,7 +1185,12 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
    * cache, called without binding it), else an instance attribute. */
   PyObject *fn = NULL;
   int has_method = 0, unbound = 0;
-  if (api == NULL || copy == 1) {
+  /* copy=True is never passed on: devbuf copies the producer's plain
+   * export itself (docs/interop.md, "copy=True"). A producer's own copy was
+   * seen wrong: pyarrow 26's copy of a strided Tensor keeps the strides
+   * over a compact buffer, and reads past it. */
+  PyObject *producer_copy = copy == 1 ? Py_None : copy_o;
+  if (api == NULL) {
     PyObject *descr = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack); /* borrowed */
     has_method = descr != NULL;
     if (has_method && method_call_is_direct(Py_TYPE(obj), descr)) {
@@ -1081,7 +1201,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     if (!has_method && dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) return NULL;
   }
-  if (api != NULL && copy != 1) {
+  if (api != NULL) {
     f = import_exchange(obj, api);
   } else if (has_method || fn != NULL) {
     PyObject *dl = Py_None;
@@ -1094,7 +1214,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     } else {
       Py_INCREF(dl);
     }
-    f = import_dlpack_call(obj, fn, unbound, dl, copy_o, &dropped, legacy_writable);
+    f = import_dlpack_call(obj, fn, unbound, dl, producer_copy, &dropped, legacy_writable);
     Py_DECREF(dl);
     Py_XDECREF(fn);
   } else {
@@ -1108,9 +1228,15 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
   /* What the producer did not do, devbuf does through its plugins. */
   int elsewhere = tid != NULL && !(strcmp(tid, f->desc.identifier) == 0 && tord == f->desc.ordinal);
+  /* A copy the producer made on its own (to reach dl_device) is already
+   * fresh memory; anything else is copied here. */
   int want_copy = copy == 1 && !(f->desc.flags & DEVBUF_DLPACK_IS_COPIED);
   PyObject *result;
-  if (dropped && (elsewhere || want_copy)) {
+  if ((dropped && elsewhere) || want_copy) {
+    if (tid == NULL) { /* no device asked: the copy stays where the data is */
+      tid = f->desc.identifier;
+      tord = f->desc.ordinal;
+    }
     if (copy == 0) {
       PyErr_Format(PyExc_BufferError,
                    "from_dlpack: copy=False, but the tensor is on %s:%d and device asks for %s:%d",

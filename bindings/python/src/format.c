@@ -660,17 +660,29 @@ static PyObject *parse_format_fast(PyObject *self, PyObject *const *args, Py_ssi
     PyErr_SetString(PyExc_TypeError, "parse_format() missing required argument 'fmt'");
     return NULL;
   }
-  if (!PyUnicode_Check(fmt)) {
-    PyErr_Format(PyExc_TypeError, "parse_format() argument 'fmt' must be str, not %.100s",
+  /* bytes too, as calcsize and struct take them: ASCII is the only text a
+   * format may hold, so decoding loses nothing. */
+  PyObject *decoded = NULL;
+  if (PyBytes_Check(fmt)) {
+    decoded = PyUnicode_DecodeASCII(PyBytes_AS_STRING(fmt), PyBytes_GET_SIZE(fmt), "strict");
+    if (decoded == NULL) return NULL;
+    fmt = decoded;
+  } else if (!PyUnicode_Check(fmt)) {
+    PyErr_Format(PyExc_TypeError, "parse_format() argument 'fmt' must be str or bytes, not %.100s",
                  Py_TYPE(fmt)->tp_name);
     return NULL;
   }
   uint32_t flags = DEVBUF_FORMAT_DEFAULT;
-  if (mode != NULL && mode_flags(mode, &flags) < 0) return NULL;
+  if (mode != NULL && mode_flags(mode, &flags) < 0) {
+    Py_XDECREF(decoded);
+    return NULL;
+  }
   if (opt[0]) flags |= DEVBUF_FORMAT_ALLOW_UNKNOWN;
   if (!opt[1]) flags |= DEVBUF_FORMAT_NO_PLUGINS;
   if (opt[2]) flags |= DEVBUF_FORMAT_LINT_IDS;
-  return parse_flags(fmt, flags);
+  PyObject *r = parse_flags(fmt, flags);
+  Py_XDECREF(decoded);
+  return r;
 }
 
 PyObject *dbp_parse_format(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -905,6 +917,9 @@ static char *dupstr(const char *s) {
   return d;
 }
 
+static PyObject *register_ns(const char *id, PyObject *callable, const char *provider,
+                                 const char *description);
+
 PyObject *dbp_register_dtype_namespace(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"id", "interpret", "provider", "description", NULL};
   const char *id, *provider = "python", *description = "";
@@ -916,6 +931,11 @@ PyObject *dbp_register_dtype_namespace(PyObject *self, PyObject *args, PyObject 
     PyErr_SetString(PyExc_TypeError, "interpret must be callable: interpret(payload) -> dict or None");
     return NULL;
   }
+  return register_ns(id, callable, provider, description);
+}
+
+static PyObject *register_ns(const char *id, PyObject *callable, const char *provider,
+                                 const char *description) {
   PyNamespace *p = PyMem_RawCalloc(1, sizeof *p);
   if (p == NULL) return PyErr_NoMemory();
   p->id = dupstr(id);
@@ -960,21 +980,38 @@ PyObject *dbp_unregister_dtype_namespace(PyObject *self, PyObject *arg) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "id must be a str");
     return NULL;
   }
-  PyObject *cap = PyDict_GetItemWithError(g_namespaces, arg);
-  if (cap == NULL) {
-    if (!PyErr_Occurred())
+  /* Claimed first, in one step: of two threads unregistering one id (the
+   * runtime's unregister below runs without the GIL), one gets the capsule
+   * and the other a KeyError, so the namespace is unregistered and freed
+   * once. */
+  PyObject *cap = NULL;
+  int found = dbp_compat_DictPop(g_namespaces, arg, &cap);
+  if (found <= 0) {
+    if (found == 0)
       PyErr_Format(PyExc_KeyError, "no dtype namespace '%s' was registered from Python", id);
     return NULL;
   }
   PyNamespace *p = PyCapsule_GetPointer(cap, NS_CAPSULE);
-  if (p == NULL) return NULL;
+  if (p == NULL) {
+    Py_DECREF(cap);
+    return NULL;
+  }
   devbuf_error err;
   int rc;
   devbuf_error_clear(&err);
   /* Interpret calls still running need the GIL to finish. */
   DBP_NOGIL(rc = devbuf_dtype_unregister(p->id, &err));
-  if (rc != DEVBUF_OK) return dbp_raise(&err);
-  if (PyDict_DelItem(g_namespaces, arg) < 0) return NULL;
+  if (rc != DEVBUF_OK) {
+    /* Still registered: give the claim back (it cannot be taken meanwhile:
+     * the id is still the runtime's, so nobody else registered it). */
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    if (PyDict_SetItem(g_namespaces, arg, cap) < 0) PyErr_WriteUnraisable(arg);
+    PyErr_Restore(et, ev, etb);
+    Py_DECREF(cap);
+    return dbp_raise(&err);
+  }
+  Py_DECREF(cap);
   ns_free(p);
   Py_RETURN_NONE;
 }
@@ -1030,9 +1067,9 @@ static PyObject *calcsize(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return NULL;
   }
   PyObject *cache = g_size_cache[mode];
-  PyObject *hit = PyDict_GetItemWithError(cache, fmt);
-  if (hit != NULL) return Py_NewRef(hit);
-  if (PyErr_Occurred()) return NULL;
+  PyObject *hit = NULL; /* a new reference: another thread may clear the memo meanwhile */
+  int found = dbp_compat_DictGetItemRef(cache, fmt, &hit);
+  if (found != 0) return found > 0 ? hit : NULL;
   Py_ssize_t n;
   const char *s;
   if (is_bytes) {

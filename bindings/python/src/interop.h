@@ -29,6 +29,8 @@ typedef struct DbpForeign {
   int is_host;              /* identifier "cpu": a plain CPU buffer */
   int info_ready;           /* `info`, `identifier` valid */
   int has_dev;              /* `dev` opened */
+  int format_only;          /* desc.format has no DLPack dtype (datetime64): `tensor.dtype`
+                             * is only its storage, never exported as the type */
   Py_ssize_t exports;       /* live buffer exports */
   void *managed;            /* DLManagedTensorVersioned* / DLManagedTensor*, owned; or NULL */
   PyObject *source;         /* the producer (kept alive), or NULL */
@@ -66,6 +68,15 @@ DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *pr
  * NULL with an exception on failure; NULL WITHOUT an exception when obj
  * speaks none of them. */
 PyObject *dbp_interop_exporter(PyObject *obj);
+/* The same, but when every route fails with BufferError their reasons are
+ * appended to *notes (a list, made when NULL) instead of raised: NULL with
+ * no exception then. The caller owns *notes. */
+PyObject *dbp_interop_exporter_noted(PyObject *obj, PyObject **notes);
+/* Append "route: Type: message" of the pending exception to *notes (made
+ * when NULL) and clear it; 0, or -1 with an exception. */
+int dbp_route_note(PyObject **notes, const char *route);
+/* Raise `type`: "devbuf cannot import T by any route it speaks (...)". */
+void dbp_route_raise(PyObject *type, PyObject *notes, PyObject *obj);
 /* The exchange table of obj's type (cached per type), NULL if none (an
  * exception is set only when the attribute is malformed). */
 const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type);

@@ -112,10 +112,13 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
    * exports a padded struct as 'T{<i:a:<c:b:}' with itemsize 8, and
    * memoryview takes it): reading by the format then stays inside each
    * item. Larger items never pass, and devbuf's own memory must agree. */
-  if (rc == 0 && !(flags & DBP_LAYOUT_OWN) && fsize > 0 && fsize < itemsize) rc = 1;
+  /* A producer that gave no format said 'B' (PEP 3118): its items are
+   * bytes, and an itemsize of 4 is a contradiction, not padding. */
+  if (rc == 0 && !(flags & DBP_LAYOUT_OWN) && fsize > 0 && fsize < itemsize && format != NULL)
+    rc = 1;
   if (rc == 0) {
-    PyErr_Format(exc, "%s: itemsize %zd does not match format '%.200s', whose items are %zd bytes",
-                 what, itemsize, fmt, fsize);
+    PyErr_Format(exc, "%s: itemsize %zd does not match format '%.200s'%s, whose items are %zd bytes",
+                 what, itemsize, fmt, format ? "" : " (no format given, which means 'B')", fsize);
     return -1;
   }
   Py_ssize_t items = 1;

@@ -290,6 +290,9 @@ static int module_exec(PyObject *m) {
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, (void *)module_exec},
+#ifdef Py_GIL_DISABLED /* 3.13t: safe without the GIL (dbp.h, "locking"); keep it off */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
 #ifdef Py_mod_multiple_interpreters /* 3.12+; older versions have no per-interpreter GIL */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
 #endif

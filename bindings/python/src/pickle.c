@@ -61,6 +61,8 @@ static struct {
   size_t cap;
 } g_cache;
 static size_t g_cache_limit; /* bytes; 0: off */
+/* Guards g_cache, g_cache_limit and every counter of this file (dbp.h). */
+static dbp_mutex g_pk_lock;
 static unsigned long long g_cache_hits;
 #define CACHE_MIN_BYTES ((size_t)1 << 20)
 
@@ -95,7 +97,7 @@ static int same_device(const DbpDevice *a, const devbuf_device *b) {
 }
 
 /* A cached block for n bytes on dev, or NULL. */
-static void *cache_take(const devbuf_device *dev, size_t n, size_t *cap) {
+static void *cache_take_locked(const devbuf_device *dev, size_t n, size_t *cap) {
   if (g_cache.ptr == NULL || !same_device(g_cache.device, dev) || g_cache.cap < n ||
       g_cache.cap / 2 > n)
     return NULL;
@@ -109,7 +111,14 @@ static void *cache_take(const devbuf_device *dev, size_t n, size_t *cap) {
 }
 
 /* Keep p for reuse if the cache takes it; 1 when kept. */
-static int cache_put(DbpDevice *d, void *p, size_t cap) {
+static void *cache_take(const devbuf_device *dev, size_t n, size_t *cap) {
+  DBP_MUTEX_LOCK(&g_pk_lock);
+  void *p = cache_take_locked(dev, n, cap);
+  DBP_MUTEX_UNLOCK(&g_pk_lock);
+  return p;
+}
+
+static int cache_put_locked(DbpDevice *d, void *p, size_t cap) {
   if (g_cache_limit == 0 || cap < CACHE_MIN_BYTES || cap > g_cache_limit) return 0;
   cache_drop();
   g_cache.device = (DbpDevice *)Py_NewRef(d);
@@ -118,7 +127,14 @@ static int cache_put(DbpDevice *d, void *p, size_t cap) {
   return 1;
 }
 
-static int staging_getbuffer(DbpStaging *self, Py_buffer *view, int flags) {
+static int cache_put(DbpDevice *d, void *p, size_t cap) {
+  DBP_MUTEX_LOCK(&g_pk_lock);
+  int kept = cache_put_locked(d, p, cap);
+  DBP_MUTEX_UNLOCK(&g_pk_lock);
+  return kept;
+}
+
+static int staging_getbuffer_locked(DbpStaging *self, Py_buffer *view, int flags) {
   static char empty[1];
   if (PyBuffer_FillInfo(view, (PyObject *)self, self->ptr ? self->ptr : empty, self->len,
                         self->readonly, flags) < 0)
@@ -127,7 +143,9 @@ static int staging_getbuffer(DbpStaging *self, Py_buffer *view, int flags) {
   return 0;
 }
 
-static void staging_releasebuffer(DbpStaging *self, Py_buffer *view) { self->exports--; }
+static void staging_releasebuffer_locked(DbpStaging *self, Py_buffer *view) { self->exports--; }
+DBP_LOCKED_GETBUFFER(DbpStaging, staging_getbuffer)
+DBP_LOCKED_RELEASEBUFFER(DbpStaging, staging_releasebuffer)
 
 static PyBufferProcs staging_as_buffer = {
     .bf_getbuffer = (getbufferproc)staging_getbuffer,
@@ -170,6 +188,58 @@ static PyObject *staging_repr(DbpStaging *self) {
                               self->device->spec);
 }
 
+static void advise_huge_pages(void *p, size_t n);
+
+/* HostStaging(device, nbytes): writable staging memory from the device's
+ * plugin (pinned where the plugin pins), for to_host(out=...) and
+ * copy_to(out=...) to copy into again and again (issue 31). */
+static PyObject *staging_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"device", "nbytes", NULL};
+  PyObject *dev_arg;
+  Py_ssize_t n;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On:HostStaging", kwlist, &dev_arg, &n))
+    return NULL;
+  if (n < 0) {
+    PyErr_Format(PyExc_ValueError, "HostStaging: nbytes must be >= 0, not %zd", n);
+    return NULL;
+  }
+  DbpDevice *d = dbp_device_get(dev_arg);
+  if (d == NULL) return NULL;
+  if (d->dev.backend == NULL) {
+    PyErr_SetString(PyExc_ValueError, "HostStaging: the built-in host device has no plugin to "
+                                      "allocate from; name a plugin's device");
+    Py_DECREF(d);
+    return NULL;
+  }
+  DbpStaging *st = PyObject_New(DbpStaging, &DbpStaging_Type);
+  if (st == NULL) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  st->device = d;
+  st->ptr = NULL;
+  st->len = n;
+  st->cap = (size_t)n;
+  st->readonly = 0;
+  st->exports = 0;
+  if (n > 0) {
+    devbuf_error err;
+    int rc;
+    void *p = NULL;
+    size_t sz = (size_t)n;
+    const devbuf_device *dev = &d->dev;
+    devbuf_error_clear(&err);
+    DBP_NOGIL(rc = devbuf_host_alloc(dev, sz, &p, &err));
+    if (rc != DEVBUF_OK) {
+      Py_DECREF(st);
+      return dbp_raise(&err);
+    }
+    advise_huge_pages(p, sz);
+    st->ptr = p;
+  }
+  return (PyObject *)st;
+}
+
 static PyTypeObject DbpStaging_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf.HostStaging",
     .tp_basicsize = sizeof(DbpStaging),
@@ -177,10 +247,13 @@ static PyTypeObject DbpStaging_Type = {
     .tp_repr = (reprfunc)staging_repr,
     .tp_as_buffer = &staging_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Host staging memory that a device's plugin allocated (devbuf_host_alloc), holding "
-              "the one device-to-host copy a pickle makes. Exports the plain buffer protocol "
-              "(bytes, format 'B'); the memory goes back to the plugin when the object dies.",
+    .tp_doc = "HostStaging(device, nbytes): host staging memory that a device's plugin allocated "
+              "(devbuf_host_alloc, pinned where the plugin pins), holding the one device-to-host "
+              "copy a pickle makes, or made by hand as a reusable destination for "
+              "to_host(out=...). Exports the plain buffer protocol (bytes, format 'B'); the "
+              "memory goes back to the plugin when the object dies.",
     .tp_getset = staging_getset,
+    .tp_new = staging_new,
 };
 
 /* ---- downloads --------------------------------------------------------------- */
@@ -283,6 +356,7 @@ static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
     return dbp_raise(&err);
   }
   if (s->nbytes) {
+    DBP_MUTEX_LOCK(&g_pk_lock);
     if (device_copy) {
       g_d2h_copies++;
       g_d2h_bytes += s->nbytes;
@@ -290,6 +364,7 @@ static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
       g_host_copies++;
       g_host_bytes += s->nbytes;
     }
+    DBP_MUTEX_UNLOCK(&g_pk_lock);
   }
   return out;
 }
@@ -299,6 +374,8 @@ static PyObject *download(const pk_source *s, int as_bytes, Py_ssize_t *pins) {
  * HostStaging (or bytes when as_bytes); host memory in a bytearray (or
  * bytes). A non-C-contiguous view is gathered by DeviceView.to_host() (one
  * copy from the device plus the host gather). */
+static PyObject *pk_download_locked(PyObject *obj, int as_bytes);
+
 static PyObject *pk_download(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs < 1 || nargs > 2) {
     PyErr_SetString(PyExc_TypeError, "_pickle_download(obj, as_bytes=False)");
@@ -306,7 +383,12 @@ static PyObject *pk_download(PyObject *mod, PyObject *const *args, Py_ssize_t na
   }
   int as_bytes = nargs == 2 ? PyObject_IsTrue(args[1]) : 0;
   if (as_bytes < 0) return NULL;
-  PyObject *obj = args[0];
+  /* The object's state (freed, event, pins; a view's release) is read and
+   * pinned as one step: locked, as every DeviceBuffer/DeviceView entry. */
+  DBP_RETURN_LOCKED(PyObject *, args[0], pk_download_locked(args[0], as_bytes));
+}
+
+static PyObject *pk_download_locked(PyObject *obj, int as_bytes) {
   pk_source s;
   memset(&s, 0, sizeof s);
   if (Py_IS_TYPE(obj, &DbpBuffer_Type)) {
@@ -483,7 +565,11 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
   DbpBuffer *out = NULL;
   if (d->is_host && borrow && (readonly || !vb->readonly)) {
     out = borrowed_new(d, ndim, shape, format, itemsize, readonly, mv);
-    if (out) g_borrowed++;
+    if (out) {
+      DBP_MUTEX_LOCK(&g_pk_lock);
+      g_borrowed++;
+      DBP_MUTEX_UNLOCK(&g_pk_lock);
+    }
   } else {
     out = dbp_buffer_new(d, ndim, shape, format, itemsize, readonly);
     if (out != NULL && nbytes > 0) {
@@ -494,8 +580,10 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
       devbuf_error_clear(&err);
       if (out->kind == DBP_MEM_HOST || d->is_host) {
         DBP_NOGIL(memcpy(dst, src, n));
+        DBP_MUTEX_LOCK(&g_pk_lock);
         g_host_copies++;
         g_host_bytes += n;
+        DBP_MUTEX_UNLOCK(&g_pk_lock);
       } else {
         const devbuf_device *dev = &d->dev;
         out->pins++;
@@ -505,8 +593,10 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
           Py_CLEAR(out);
           dbp_raise(&err);
         } else {
+          DBP_MUTEX_LOCK(&g_pk_lock);
           g_h2d_copies++;
           g_h2d_bytes += n;
+          DBP_MUTEX_UNLOCK(&g_pk_lock);
         }
       }
     }
@@ -536,23 +626,29 @@ static PyObject *pk_device_usable(PyObject *mod, PyObject *arg) {
 /* ---- statistics --------------------------------------------------------------- */
 
 static PyObject *pk_stats(PyObject *mod, PyObject *unused) {
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "d2h_copies", g_d2h_copies,
+  PyObject *r;
+  DBP_MUTEX_LOCK(&g_pk_lock);
+  r = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "d2h_copies", g_d2h_copies,
                        "d2h_bytes", g_d2h_bytes, "h2d_copies", g_h2d_copies, "h2d_bytes",
                        g_h2d_bytes, "host_copies", g_host_copies, "host_bytes", g_host_bytes,
                        "borrowed", g_borrowed, "staging_cache_hits", g_cache_hits,
                        "staging_cached_bytes", (unsigned long long)g_cache.cap);
+  DBP_MUTEX_UNLOCK(&g_pk_lock);
+  return r;
 }
 
 static PyObject *pk_stats_reset(PyObject *mod, PyObject *unused) {
+  DBP_MUTEX_LOCK(&g_pk_lock);
   g_d2h_copies = g_d2h_bytes = g_h2d_copies = g_h2d_bytes = 0;
   g_host_copies = g_host_bytes = g_borrowed = g_cache_hits = 0;
+  DBP_MUTEX_UNLOCK(&g_pk_lock);
   Py_RETURN_NONE;
 }
 
 /* _pickle_staging_cache(limit=None) -> the limit in bytes before the call.
  * With an int, set it (0 turns the cache off and frees what it holds). */
 static PyObject *pk_staging_cache(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-  size_t old = g_cache_limit;
+  size_t old;
   if (nargs > 1) {
     PyErr_SetString(PyExc_TypeError, "_pickle_staging_cache(limit_bytes=None)");
     return NULL;
@@ -560,9 +656,16 @@ static PyObject *pk_staging_cache(PyObject *mod, PyObject *const *args, Py_ssize
   if (nargs == 1 && args[0] != Py_None) {
     size_t v = PyLong_AsSize_t(args[0]);
     if (v == (size_t)-1 && PyErr_Occurred()) return NULL;
+    DBP_MUTEX_LOCK(&g_pk_lock);
+    old = g_cache_limit;
     g_cache_limit = v;
     if (g_cache.ptr != NULL && g_cache.cap > v) cache_drop();
+    DBP_MUTEX_UNLOCK(&g_pk_lock);
+    return PyLong_FromSize_t(old);
   }
+  DBP_MUTEX_LOCK(&g_pk_lock);
+  old = g_cache_limit;
+  DBP_MUTEX_UNLOCK(&g_pk_lock);
   return PyLong_FromSize_t(old);
 }
 

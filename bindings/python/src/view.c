@@ -66,7 +66,7 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   memset(&v->ledger, 0, sizeof v->ledger);
   /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
    * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
-  PyObject *foreign = NULL;
+  PyObject *foreign = NULL, *producer = obj;
   if (!PyObject_CheckBuffer(obj)) {
     /* Arrow before __dlpack__: its capsule carries the producer's
      * sync_event and the custom-dtype extension, which DLPack of the same
@@ -85,25 +85,50 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     /* An exporter that cannot describe its data in a format string (NumPy
      * with ml_dtypes' bfloat16) may still say it through DLPack or the
      * array interface; if not, its own error stands. */
-    PyObject *t, *e, *tb;
+    PyObject *t, *e, *tb, *notes = NULL;
     PyErr_Fetch(&t, &e, &tb);
     if (foreign == NULL && (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
                             PyErr_GivenExceptionMatches(t, PyExc_BufferError)))
-      foreign = dbp_interop_exporter(obj);
+      foreign = dbp_interop_exporter_noted(obj, &notes);
     if (foreign != NULL && DevbufPy_GetBufferEx(foreign, &v->buf, VIEW_FLAGS | flags) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);
+      Py_XDECREF(notes);
       goto got;
     }
     PyErr_Clear();
-    PyErr_Restore(t, e, tb);
+    if (notes != NULL) {
+      /* Every route failed: say what each one said (a NumPy structured
+       * array with a datetime64 field has no buffer format, no DLPack code
+       * and no array-interface typestr), in the buffer protocol's type. */
+      PyObject *type = Py_NewRef(t), *all = NULL;
+      PyErr_Restore(t, e, tb);
+      if (dbp_route_note(&all, "buffer protocol") == 0 && PyList_SetSlice(all, 1, 1, notes) == 0)
+        dbp_route_raise(type, all, obj);
+      Py_XDECREF(all);
+      Py_DECREF(type);
+      Py_DECREF(notes);
+    } else {
+      PyErr_Restore(t, e, tb);
+    }
     Py_XDECREF(foreign);
     Py_DECREF(v);
     return NULL;
   }
 got:
   Py_XDECREF(foreign); /* the export holds it */
+  /* A writable request answered read-only (a read-only pyarrow Tensor
+   * does): whatever getbuffer returned, the producer said no. */
+  if ((flags & PyBUF_WRITABLE) && v->buf.view.readonly) {
+    PyErr_Format(PyExc_BufferError,
+                 "devbuf.view(writable=True): %.100s answered the writable request with a "
+                 "read-only buffer; ask for a read-only view, or make the producer writable",
+                 Py_TYPE(producer)->tp_name);
+    DevbufPy_BufferRelease(&v->buf);
+    Py_DECREF(v);
+    return NULL;
+  }
   /* The producer's description must be self-consistent before devbuf
    * re-exports or copies it (issue 20); its memory size is its own word.
    * A ForeignArray passed this same check on the same immutable description
@@ -224,7 +249,7 @@ PyObject *dbp_view_func(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
 
 /* ---- the buffer protocol (re-export) --------------------------------------------- */
 
-static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
+static int view_getbuffer_locked(DbpView *self, Py_buffer *out, int flags) {
   if (check_alive(self) < 0) return -1;
   const Py_buffer *b = &self->buf.view;
   if ((flags & PyBUF_WRITABLE) && b->readonly) {
@@ -286,11 +311,13 @@ static int view_getbuffer(DbpView *self, Py_buffer *out, int flags) {
   return 0;
 }
 
-static void view_releasebuffer(DbpView *self, Py_buffer *view) {
+static void view_releasebuffer_locked(DbpView *self, Py_buffer *view) {
   /* Only an export that is alive counts down (export_ledger.h). */
   if (dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceView"))
     self->exports--;
 }
+DBP_LOCKED_GETBUFFER(DbpView, view_getbuffer)
+DBP_LOCKED_RELEASEBUFFER(DbpView, view_releasebuffer)
 
 static PyBufferProcs view_as_buffer = {
     .bf_getbuffer = (getbufferproc)view_getbuffer,
@@ -299,21 +326,21 @@ static PyBufferProcs view_as_buffer = {
 
 /* ---- attributes --------------------------------------------------------------------- */
 
-static PyObject *get_obj(DbpView *v, void *c) {
+static PyObject *get_obj_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return Py_NewRef(v->buf.view.obj ? v->buf.view.obj : Py_None);
 }
-static PyObject *get_released(DbpView *v, void *c) { return PyBool_FromLong(v->released); }
-static PyObject *get_is_device(DbpView *v, void *c) {
+static PyObject *get_released_locked(DbpView *v, void *c) { return PyBool_FromLong(v->released); }
+static PyObject *get_is_device_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyBool_FromLong(v->is_device);
 }
-static PyObject *get_identifier(DbpView *v, void *c) {
+static PyObject *get_identifier_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   if (!v->is_device) Py_RETURN_NONE;
   return PyUnicode_FromString(v->buf.device);
 }
-static PyObject *get_device(DbpView *v, void *c) {
+static PyObject *get_device_locked(DbpView *v, void *c) {
   if (v->device_obj == NULL) {
     if (dbp_view_resolve(v) < 0) return NULL;
     if (v->is_device) v->device_obj = (PyObject *)dbp_device_from_devbuf(&v->dev);
@@ -322,35 +349,35 @@ static PyObject *get_device(DbpView *v, void *c) {
   }
   return Py_NewRef(v->device_obj);
 }
-static PyObject *get_host_accessible(DbpView *v, void *c) {
+static PyObject *get_host_accessible_locked(DbpView *v, void *c) {
   if (dbp_view_resolve(v) < 0) return NULL;
   return PyBool_FromLong(!v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE));
 }
-static PyObject *get_ptr(DbpView *v, void *c) {
+static PyObject *get_ptr_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyLong_FromVoidPtr(v->buf.view.buf);
 }
-static PyObject *get_nbytes(DbpView *v, void *c) {
+static PyObject *get_nbytes_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyLong_FromSsize_t(v->buf.view.len);
 }
-static PyObject *get_itemsize(DbpView *v, void *c) {
+static PyObject *get_itemsize_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyLong_FromSsize_t(v->buf.view.itemsize);
 }
-static PyObject *get_ndim(DbpView *v, void *c) {
+static PyObject *get_ndim_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyLong_FromLong(v->buf.view.ndim);
 }
-static PyObject *get_readonly(DbpView *v, void *c) {
+static PyObject *get_readonly_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyBool_FromLong(v->buf.view.readonly);
 }
-static PyObject *get_format(DbpView *v, void *c) {
+static PyObject *get_format_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyUnicode_FromString(v->buf.view.format ? v->buf.view.format : "B");
 }
-static PyObject *get_shape(DbpView *v, void *c) {
+static PyObject *get_shape_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   const Py_buffer *b = &v->buf.view;
   if (b->shape == NULL) {
@@ -359,7 +386,7 @@ static PyObject *get_shape(DbpView *v, void *c) {
   }
   return dbp_tuple_from_ssize(b->ndim, b->shape);
 }
-static PyObject *get_strides(DbpView *v, void *c) {
+static PyObject *get_strides_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   const Py_buffer *b = &v->buf.view;
   if (b->strides) return dbp_tuple_from_ssize(b->ndim, b->strides);
@@ -368,16 +395,16 @@ static PyObject *get_strides(DbpView *v, void *c) {
   dbp_c_strides(b->ndim, b->shape, b->itemsize, st);
   return dbp_tuple_from_ssize(b->ndim, st);
 }
-static PyObject *get_c_contiguous(DbpView *v, void *c) {
+static PyObject *get_c_contiguous_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   return PyBool_FromLong(PyBuffer_IsContiguous(&v->buf.view, 'C'));
 }
-static PyObject *get_device_info(DbpView *v, void *c) {
+static PyObject *get_device_info_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   if (!v->is_device || v->buf.device_info == NULL) Py_RETURN_NONE;
   return PyLong_FromVoidPtr(v->buf.device_info);
 }
-static PyObject *get_sync(DbpView *v, void *c) {
+static PyObject *get_sync_locked(DbpView *v, void *c) {
   if (dbp_view_resolve(v) < 0) return NULL;
   if (!v->is_device || (v->desc.event == NULL && v->desc.stream == NULL)) Py_RETURN_NONE;
   PyObject *s = PyStructSequence_New(g_sync_type);
@@ -397,7 +424,7 @@ static PyObject *get_sync(DbpView *v, void *c) {
   PyStructSequence_SET_ITEM(s, 2, st);
   return s;
 }
-static PyObject *get_dtype(DbpView *v, void *c) {
+static PyObject *get_dtype_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
   if (v->dtype_obj == NULL) {
     const char *f = v->buf.view.format ? v->buf.view.format : "B";
@@ -407,8 +434,32 @@ static PyObject *get_dtype(DbpView *v, void *c) {
   return Py_NewRef(v->dtype_obj);
 }
 
+/* Every getter, method and slot runs with the view locked (dbp.h: DBP_LOCKED_*). */
+DBP_LOCKED_GETTER(DbpView, get_obj)
+DBP_LOCKED_GETTER(DbpView, get_released)
+DBP_LOCKED_GETTER(DbpView, get_is_device)
+DBP_LOCKED_GETTER(DbpView, get_identifier)
+DBP_LOCKED_GETTER(DbpView, get_device)
+DBP_LOCKED_GETTER(DbpView, get_host_accessible)
+DBP_LOCKED_GETTER(DbpView, get_ptr)
+DBP_LOCKED_GETTER(DbpView, get_nbytes)
+DBP_LOCKED_GETTER(DbpView, get_itemsize)
+DBP_LOCKED_GETTER(DbpView, get_ndim)
+DBP_LOCKED_GETTER(DbpView, get_readonly)
+DBP_LOCKED_GETTER(DbpView, get_format)
+DBP_LOCKED_GETTER(DbpView, get_shape)
+DBP_LOCKED_GETTER(DbpView, get_strides)
+DBP_LOCKED_GETTER(DbpView, get_c_contiguous)
+DBP_LOCKED_GETTER(DbpView, get_device_info)
+DBP_LOCKED_GETTER(DbpView, get_sync)
+DBP_LOCKED_GETTER(DbpView, get_dtype)
+
 static PyGetSetDef view_getset[] = {
-    {"obj", (getter)get_obj, NULL, "the producer (kept alive by the view)", NULL},
+    {"obj", (getter)get_obj, NULL,
+     "the exporter whose buffer the view holds (kept alive): the producer itself when it speaks "
+     "the buffer protocol; for DLPack, CUDA Array Interface, array interface and Arrow "
+     "producers the devbuf.ForeignArray or devbuf.ArrowArray in between, whose .obj is the "
+     "producer", NULL},
     {"released", (getter)get_released, NULL, "True once the export was released", NULL},
     {"is_device", (getter)get_is_device, NULL,
      "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
@@ -436,28 +487,61 @@ static PyGetSetDef view_getset[] = {
     {NULL},
 };
 
-static PyObject *view_release_m(DbpView *v, PyObject *unused) {
+static PyObject *view_release_m_locked(DbpView *v, PyObject *unused) {
   if (dbp_view_release(v) < 0) return NULL;
   Py_RETURN_NONE;
 }
-static PyObject *view_synchronize_m(DbpView *v, PyObject *unused) {
+static PyObject *view_synchronize_m_locked(DbpView *v, PyObject *unused) {
   if (dbp_view_synchronize(v) < 0) return NULL;
   Py_RETURN_NONE;
 }
-static PyObject *view_to_host_m(DbpView *v, PyObject *unused) { return dbp_view_to_host(v); }
-static PyObject *view_enter(DbpView *v, PyObject *unused) {
+static PyObject *view_to_host_m_locked(DbpView *v, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames) {
+  PyObject *out;
+  if (nargs == 0 && kwnames == NULL) return dbp_view_to_host(v);
+  if (dbp_parse_out_kw("to_host", args, nargs, kwnames, 0, NULL, &out) < 0) return NULL;
+  if (out == NULL) return dbp_view_to_host(v);
+  /* Into the caller's host memory (copy_into.c), after honouring .sync. */
+  if (dbp_view_resolve(v) < 0) return NULL;
+  const Py_buffer *b = &v->buf.view;
+  Py_ssize_t flat[1], st[PyBUF_MAX_NDIM];
+  int ndim = b->ndim;
+  const Py_ssize_t *shape = b->shape, *strides = b->strides;
+  if (shape == NULL && ndim != 0) {
+    ndim = 1;
+    flat[0] = b->itemsize ? b->len / b->itemsize : b->len;
+    shape = flat;
+    strides = NULL;
+  }
+  if (strides == NULL && ndim > 0) strides = (dbp_c_strides(ndim, shape, b->itemsize, st), st);
+  dbp_copy_src s = {v->is_device ? &v->dev : NULL,
+                    !v->is_device || (v->desc.flags & DEVBUF_DEVICE_INFO_HOST_ACCESSIBLE),
+                    b->buf, (size_t)b->len, ndim, shape, strides, b->itemsize,
+                    b->format ? b->format : "B", v->is_device ? v->desc.event : NULL};
+  v->pins++;
+  PyObject *r = dbp_copy_into(&s, out, NULL, 0, "devbuf.DeviceView.to_host(out=...)");
+  v->pins--;
+  return r;
+}
+static PyObject *view_enter_locked(DbpView *v, PyObject *unused) {
   if (check_alive(v) < 0) return NULL;
   return Py_NewRef(v);
 }
-static PyObject *view_exit(DbpView *v, PyObject *args) { return view_release_m(v, NULL); }
+DBP_LOCKED_METH(DbpView, view_release_m)
+DBP_LOCKED_METH(DbpView, view_synchronize_m)
+DBP_LOCKED_FASTMETH(DbpView, view_to_host_m)
+DBP_LOCKED_METH(DbpView, view_enter)
+static PyObject *view_exit(PyObject *v, PyObject *args) { return view_release_m(v, NULL); }
 
 static PyMethodDef view_methods[] = {
     {"release", (PyCFunction)view_release_m, METH_NOARGS,
      "Release the producer's export now (once; later calls do nothing)."},
     {"synchronize", (PyCFunction)view_synchronize_m, METH_NOARGS,
      "Block until the producer's event (see .sync) has completed."},
-    {"to_host", (PyCFunction)view_to_host_m, METH_NOARGS,
-     "to_host() -> DeviceBuffer on the host, C-contiguous, after honouring .sync."},
+    {"to_host", (PyCFunction)(void (*)(void))view_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host(*, out=None) -> DeviceBuffer on the host, C-contiguous, after honouring .sync; "
+     "with out (a writable host buffer of the same size, C order, same shape and item type or "
+     "flat bytes): copies into it and returns it."},
     {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
      METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
     {"__enter__", (PyCFunction)view_enter, METH_NOARGS, NULL},
@@ -504,9 +588,9 @@ static void view_dealloc(DbpView *v) {
     PyObject_GC_Del(v);
 }
 
-static PyObject *view_repr(DbpView *v) {
+static PyObject *view_repr_locked(DbpView *v) {
   if (v->released) return PyUnicode_FromString("<devbuf.DeviceView released>");
-  PyObject *shape = get_shape(v, NULL);
+  PyObject *shape = get_shape_locked(v, NULL);
   if (shape == NULL) return NULL;
   PyObject *r = PyUnicode_FromFormat("<devbuf.DeviceView %s shape=%R format='%s'%s>",
                                      v->is_device ? v->buf.device : "host", shape,
@@ -514,6 +598,9 @@ static PyObject *view_repr(DbpView *v) {
                                      v->buf.view.readonly ? " readonly" : "");
   Py_DECREF(shape);
   return r;
+}
+static PyObject *view_repr(PyObject *v) {
+  DBP_RETURN_LOCKED(PyObject *, v, view_repr_locked((DbpView *)v));
 }
 
 static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {

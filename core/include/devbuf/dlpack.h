@@ -79,7 +79,11 @@ typedef enum {
   kDLWebGPU = 15,
   kDLHexagon = 16,
   kDLMAIA = 17,
-  kDLTrn = 18
+  kDLTrn = 18,
+  /* DLPack main after 1.3 (enumeration values only, minor stays 3). */
+  kDLTPU = 19,
+  kDLTPUHost = 20, /* TPU pinned host memory */
+  kDLAscend = 21
 } DLDeviceType;
 
 typedef struct {
@@ -106,7 +110,8 @@ typedef enum {
   kDLFloat8_e8m0fnu = 14U,
   kDLFloat6_e2m3fn = 15U, /* bits must be 6 */
   kDLFloat6_e3m2fn = 16U, /* bits must be 6 */
-  kDLFloat4_e2m1fn = 17U  /* bits must be 4 */
+  kDLFloat4_e2m1fn = 17U, /* bits must be 4 */
+  kDLBcomplex = 18U       /* DLPack main after 1.3: two bfloat16, bits 32 */
 } DLDataTypeCode;
 
 /* One element: `lanes` values of `bits` bits each, native byte order.
@@ -232,6 +237,7 @@ typedef struct devbuf_dlpack_exchange_api {
  *   kDLExtDev (12)         "devbuf.sim"        -
  *   kDLCUDAManaged (13)    "devbuf.cuda"       HOST_ACCESSIBLE|MANAGED
  *   kDLOneAPI (14)         "devbuf.level_zero" -
+ *   kDLTPUHost (20)        "cpu"               HOST_ACCESSIBLE|PINNED
  * device_id is the plugin's ordinal (0 for cpu and pinned memory). Any other
  * device type is DEVBUF_ENOTSUP. *identifier is a static string. */
 DEVBUF_API int devbuf_dlpack_device_to_identifier(DLDevice device, const char **identifier,
@@ -251,7 +257,8 @@ DEVBUF_API const char *devbuf_dlpack_device_type_name(int32_t device_type);
  *   int 8/16/32/64      b h i q        uint 8/16/32/64  B H I Q
  *   float 16/32/64      e f d          complex 64/128   Zf Zd
  *   bool 8              ?
- *   bfloat16, float8_*, float6_*, float4_*: "[devbuf$<name>]" as the format
+ *   bfloat16, float8_*, float6_*, float4_*, bcomplex32, complex32, int4/2/1,
+ *   uint4/2/1: "[devbuf$<name>]" as the format
  *   engine's builtin devbuf namespace spells them (see docs/interop.md).
  * lanes > 1 prefixes a count ("4f"). A (code, bits) pair with no exact
  * meaning (float 128, opaque handles, bool 1...) is DEVBUF_ENOTFOUND, never a

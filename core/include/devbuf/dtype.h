@@ -52,6 +52,7 @@ enum devbuf_dtype_kind {
 #define DEVBUF_DLDT_FLOAT6_E2M3FN 15
 #define DEVBUF_DLDT_FLOAT6_E3M2FN 16
 #define DEVBUF_DLDT_FLOAT4_E2M1FN 17
+#define DEVBUF_DLDT_BCOMPLEX 18
 
 /* The interpretation of one custom dtype item.
  *

@@ -33,7 +33,18 @@
  *
  * Errors: every function returns DEVBUF_OK or a devbuf_status code and fills
  * the caller's devbuf_error (may be NULL). Nothing here prints, aborts or
- * lets a signal or exception escape. */
+ * lets a signal or exception escape.
+ *
+ * Threads: every function here may be called from any thread at once, with
+ * or without a Python interpreter (free-threaded CPython included). The
+ * plugin, identifier and dtype-namespace registries take their own locks
+ * for a registration or an unregistration and are read without one
+ * (append-only records published with release/acquire atomics). A call into
+ * a plugin holds no runtime lock, so a plugin may call back into the
+ * runtime, with one exception: a plugin's first device_count (the probe,
+ * once per plugin) runs under that plugin's own probe lock, so that two
+ * threads probing at once get one answer. A device, stream or event may be used from several threads as
+ * far as its plugin allows (devbuf/plugin.h); one devbuf_error per call. */
 #ifndef DEVBUF_RUNTIME_H
 #define DEVBUF_RUNTIME_H
 

@@ -277,5 +277,9 @@ static struct PyModuleDef moddef = {
 PyMODINIT_FUNC PyInit_devbuf_capi_consumer(void) {
   api = DevbufPy_ImportCAPI();
   if (api == NULL) return NULL;
-  return PyModule_Create(&moddef);
+  PyObject *m = PyModule_Create(&moddef);
+#ifdef Py_GIL_DISABLED /* single-phase init: declared on the module object */
+  if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) Py_CLEAR(m);
+#endif
+  return m;
 }

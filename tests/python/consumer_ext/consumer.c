@@ -211,16 +211,20 @@ typedef struct {
   int misbehave;
   Py_ssize_t exports, getbuffer_calls, release_calls;
   int last_flags;
+  Py_ssize_t itemsize;     /* > 1: answers with format NULL and items this large */
+  Py_ssize_t shape[1];
   struct { uint32_t magic; } info; /* our identifier's device_info */
 } Exporter;
 
 static int exporter_init(Exporter *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"data", "mode", "misbehave", NULL};
+  static char *kwlist[] = {"data", "mode", "misbehave", "itemsize", NULL};
   const char *data, *mode = "both";
-  Py_ssize_t len;
+  Py_ssize_t len, itemsize = 1;
   int misbehave = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "y#|s$p", kwlist, &data, &len, &mode, &misbehave))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "y#|s$pn", kwlist, &data, &len, &mode, &misbehave,
+                                   &itemsize))
     return -1;
+  self->itemsize = itemsize;
   if (self->exports) {
     PyErr_SetString(PyExc_BufferError, "Exporter is exported");
     return -1;
@@ -255,6 +259,16 @@ static int exporter_getbuffer(Exporter *self, Py_buffer *view, int flags) {
     return -1;
   }
   if (PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->len, 0, flags) < 0) return -1;
+  if (self->itemsize > 1) {
+    /* A producer that gives no format (which means 'B') but larger items:
+     * a contradiction devbuf.view must refuse (issue 31). */
+    view->format = NULL;
+    view->itemsize = self->itemsize;
+    if (flags & PyBUF_ND) {
+      self->shape[0] = self->len / self->itemsize;
+      view->shape = self->shape;
+    }
+  }
   if (device) {
     DevbufPy_BufferSetDevice(view, flags, fake_device, &self->info);
   } else if (self->misbehave) {
@@ -424,6 +438,9 @@ static int consumer_exec(PyObject *m) {
 
 static PyModuleDef_Slot slots[] = {
     {Py_mod_exec, (void *)consumer_exec},
+#ifdef Py_GIL_DISABLED /* no state of its own; the header's cache is per thread */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
 #ifdef Py_mod_multiple_interpreters
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
 #endif

@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 # A Cython consumer of devbuf (issue 18; docs/consumers.md, "From Cython"):
 # built by tests/python/test_cython.py into a temporary folder.
 cimport devbuf

@@ -414,6 +414,9 @@ static int pp_exec(PyObject *m) {
 
 static PyModuleDef_Slot pp_slots[] = {
     {Py_mod_exec, (void *)pp_exec},
+#ifdef Py_GIL_DISABLED /* 3.13t: safe without the GIL (dbp.h, "locking"); keep it off */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
 #ifdef Py_mod_multiple_interpreters /* 3.12+: refused in an isolated one before exec */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif

@@ -262,7 +262,7 @@ static void ns_dealloc(PpNamespace *n) {
   PyObject_GC_Del(n);
 }
 
-static PyObject *ns_register(PpNamespace *n, PyObject *unused) {
+static PyObject *ns_register_locked(PpNamespace *n, PyObject *unused) {
   if (n->state != NS_NEW) {
     PyErr_Format(PyExc_RuntimeError, "%s is %s; make a new one to register again", n->who,
                  state_names[n->state]);
@@ -299,7 +299,7 @@ static PyObject *ns_register(PpNamespace *n, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *ns_unregister(PpNamespace *n, PyObject *unused) {
+static PyObject *ns_unregister_locked(PpNamespace *n, PyObject *unused) {
   if (n->state != NS_REGISTERED) {
     PyErr_Format(PyExc_RuntimeError, "%s is not registered (it is %s)", n->who,
                  state_names[n->state]);
@@ -328,15 +328,22 @@ static PyObject *ns_unregister(PpNamespace *n, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *get_state(PpNamespace *n, void *unused) {
+static PyObject *get_state_locked(PpNamespace *n, void *unused) {
   return PyUnicode_FromString(state_names[n->state]);
 }
 
-static PyObject *get_id(PpNamespace *n, void *unused) { return PyUnicode_FromString(n->id); }
+static PyObject *get_id_locked(PpNamespace *n, void *unused) { return PyUnicode_FromString(n->id); }
 
-static PyObject *get_closure(PpNamespace *n, void *unused) {
+static PyObject *get_closure_locked(PpNamespace *n, void *unused) {
   return Py_NewRef(n->interp ? (PyObject *)n->interp : Py_None);
 }
+
+/* Entry points lock the object (dbp_lock.h): its state moves only inside them. */
+DBP_LOCKED_METH(PpNamespace, ns_register)
+DBP_LOCKED_METH(PpNamespace, ns_unregister)
+DBP_LOCKED_GETTER(PpNamespace, get_state)
+DBP_LOCKED_GETTER(PpNamespace, get_id)
+DBP_LOCKED_GETTER(PpNamespace, get_closure)
 
 static PyMethodDef ns_methods[] = {
     {"register", (PyCFunction)ns_register, METH_NOARGS,

@@ -26,6 +26,7 @@
 #include <Python.h>
 
 #include "dbp_compat.h"
+#include "dbp_lock.h"
 
 #include <ffi.h>
 #include <stdatomic.h>

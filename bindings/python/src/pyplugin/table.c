@@ -807,7 +807,7 @@ static void table_dealloc(PpTable *t) {
   PyObject_GC_Del(t);
 }
 
-static PyObject *table_register(PpTable *t, PyObject *unused) {
+static PyObject *table_register_locked(PpTable *t, PyObject *unused) {
   if (t->state != PP_NEW) {
     PyErr_Format(PyExc_RuntimeError, "%s: this table is %s; make a new one to register again",
                  t->who, state_names[t->state]);
@@ -850,7 +850,7 @@ static PyObject *table_register(PpTable *t, PyObject *unused) {
   return PyLong_FromSize_t(idx);
 }
 
-static PyObject *table_unregister(PpTable *t, PyObject *unused) {
+static PyObject *table_unregister_locked(PpTable *t, PyObject *unused) {
   if (t->state != PP_REGISTERED) {
     PyErr_Format(PyExc_RuntimeError, "%s is not registered (it is %s)", t->who,
                  state_names[t->state]);
@@ -882,31 +882,41 @@ static PyObject *table_unregister(PpTable *t, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-static PyObject *get_state(PpTable *t, void *unused) {
+static PyObject *get_state_locked(PpTable *t, void *unused) {
   return PyUnicode_FromString(state_names[t->state]);
 }
 
-static PyObject *get_index(PpTable *t, void *unused) {
+static PyObject *get_index_locked(PpTable *t, void *unused) {
   if (t->state == PP_NEW || t->index == (size_t)-1) Py_RETURN_NONE;
   return PyLong_FromSize_t(t->index);
 }
 
-static PyObject *get_closures(PpTable *t, void *unused) {
+static PyObject *get_closures_locked(PpTable *t, void *unused) {
   if (t->closures == NULL) return PyTuple_New(0);
   return PyList_AsTuple(t->closures);
 }
 
-static PyObject *get_plugin(PpTable *t, void *unused) {
+static PyObject *get_plugin_locked(PpTable *t, void *unused) {
   return Py_NewRef(t->plugin ? t->plugin : Py_None);
 }
 
-static PyObject *get_inflight(PpTable *t, void *unused) {
+static PyObject *get_inflight_locked(PpTable *t, void *unused) {
   return PyLong_FromLong(atomic_load(&t->inflight));
 }
 
-static PyObject *get_name(PpTable *t, void *unused) {
+static PyObject *get_name_locked(PpTable *t, void *unused) {
   return PyUnicode_FromString(t->name ? t->name : "");
 }
+
+/* Entry points lock the object (dbp_lock.h): its state moves only inside them. */
+DBP_LOCKED_METH(PpTable, table_register)
+DBP_LOCKED_METH(PpTable, table_unregister)
+DBP_LOCKED_GETTER(PpTable, get_state)
+DBP_LOCKED_GETTER(PpTable, get_index)
+DBP_LOCKED_GETTER(PpTable, get_closures)
+DBP_LOCKED_GETTER(PpTable, get_plugin)
+DBP_LOCKED_GETTER(PpTable, get_inflight)
+DBP_LOCKED_GETTER(PpTable, get_name)
 
 static PyMethodDef table_methods[] = {
     {"register", (PyCFunction)table_register, METH_NOARGS,

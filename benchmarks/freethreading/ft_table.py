@@ -1,0 +1,33 @@
+"""Markdown table of bench_ft.py's figures on the default and the
+free-threaded build (scripts/python-ft.sh with FT_BENCH=1 writes both)."""
+import json
+import sys
+
+GOAL_PER_CALL = 1.3  # issue 29: at most 1.3x on 3.13t
+GOAL_SCALING = {"2 threads, own objects / 1 thread": 1.8,
+                "2 threads, one shared DeviceBuffer / 1 thread": 1.3}
+
+
+def main(default_path, ft_path):
+    d = json.load(open(default_path))
+    t = json.load(open(ft_path))
+    print(f"CPython {d['python']} from one source: default build (GIL) and free-threaded "
+          f"build (GIL off); {t['cpus']} CPUs.\n")
+    print("| per call (ns, median) | default | free-threaded | ratio | goal |")
+    print("|---|---|---|---|---|")
+    for k, v in d["ns_per_call"].items():
+        ft = t["ns_per_call"].get(k)
+        if ft is None:
+            continue
+        r = ft / v
+        print(f"| {k} | {v:.0f} | {ft:.0f} | {r:.2f}x | <= {GOAL_PER_CALL}x "
+              f"{'met' if r <= GOAL_PER_CALL else 'NOT met'} |")
+    print("\n| scaling (throughput / one thread's) | default | free-threaded | goal |")
+    print("|---|---|---|---|")
+    for k, goal in GOAL_SCALING.items():
+        dv, tv = d["scaling"][k], t["scaling"][k]
+        print(f"| {k} | {dv:.2f}x | {tv:.2f}x | >= {goal}x {'met' if tv >= goal else 'NOT met'} |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

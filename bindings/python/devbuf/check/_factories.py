@@ -1,0 +1,293 @@
+"""Built-in targets: factories (and consumers) for the libraries the kit
+reports on, so that `python -m devbuf.check numpy` needs no code.
+
+A factory returns None for a spec its library cannot make as asked (a layout
+it would silently copy, a dtype it lacks): the kit counts those as not
+offered, never as failures. `source(spec)` writes the reproducer's first
+lines in the library's own terms, so that a failure is ready to file.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ._spec import default_cases
+from ._spec import EXTENSION_DTYPES, PLAIN_DTYPES, RECORD_DTYPES, LAYOUTS, ArraySpec
+
+# ---- NumPy source for a spec (the reproducers' first lines) --------------------------------
+
+
+def numpy_source(spec: ArraySpec, var="a"):
+    """Plain NumPy code building `var` with spec's dtype, layout and values."""
+    dt = spec.np_dtype
+    lines = ["import numpy as np"]
+    if spec.dtype in EXTENSION_DTYPES:
+        lines.append("import ml_dtypes")
+        dts = f"ml_dtypes.{spec.dtype}"
+    elif dt.fields:
+        dts = "np." + repr(dt)
+    else:
+        dts = f"np.{spec.dtype}" if spec.dtype != "bool" else "np.bool_"
+    shape = spec.shape
+    n = int(np.prod(shape, dtype=np.int64))
+
+    def fill(count):
+        if dt.fields:
+            return f"np.zeros({count}, {dts})"
+        if dt.kind == "b":
+            return f"(np.arange({count}) % 3 != 1)"
+        return f"(np.arange({count}) % 7 + 1).astype({dts})"
+
+    lay = spec.layout
+    if lay == "C" or not shape and lay != "offset":
+        expr = f"{fill(max(n, 1) if not shape else n)}.reshape({shape})"
+    elif lay == "F":
+        expr = f"np.asfortranarray({fill(n)}.reshape({shape}))"
+    elif lay == "offset":
+        expr = f"{fill(n + 1)}[1:].reshape({shape})"
+    elif lay == "strided":
+        big = shape[:-1] + (shape[-1] * 2,)
+        expr = f"{fill(int(np.prod(big, dtype=np.int64)))}.reshape({big})[..., ::2]"
+    elif lay == "reversed":
+        expr = f"{fill(n)}.reshape({shape})[::-1]"
+    else:  # broadcast
+        row = (1,) + shape[1:]
+        expr = f"np.broadcast_to({fill(int(np.prod(row, dtype=np.int64)))}.reshape({row}), {shape})"
+        if 0 in shape:
+            expr += ".copy()"
+    lines.append(f"{var} = {expr}")
+    if spec.readonly and not (lay == "broadcast" and 0 not in shape):
+        lines.append(f"{var}.flags.writeable = False")
+    return "\n".join(lines)
+
+
+class Target:
+    """A library under test: factories (label -> factory), their dtypes,
+    reproducer sources, and the library's consumers (label -> (fn, protocol))."""
+
+    def __init__(self, name, version, factories, consumers=(), dtypes=None, cases=None,
+                 note=""):
+        self.name, self.version = name, version
+        self.factories = factories
+        self.consumers = dict(consumers)
+        self.dtypes = dtypes
+        self.cases = cases
+        self.note = note
+
+
+def _factory(make, source, read=None, name=None):
+    def factory(spec):
+        return make(spec)
+    factory.source = source
+    factory.__name__ = name or make.__name__
+    if read is not None:
+        factory.read = read
+    return factory
+
+
+def _flat_read(result, spec):
+    """What a consumer that returns a flat byte buffer read, as spec's items in C order."""
+    return np.frombuffer(memoryview(result).cast("B"), spec.np_dtype).reshape(spec.shape)
+
+
+def _np_src(tail):
+    return lambda spec: numpy_source(spec) + "\n" + tail
+
+
+# ---- the libraries -------------------------------------------------------------------------
+
+def numpy_target():
+    def make(spec):
+        if spec.dtype in EXTENSION_DTYPES:
+            return None
+        return spec.numpy()
+    return Target("numpy", np.__version__, {
+        "numpy.ndarray": _factory(make, _np_src("obj = a"), name="numpy.ndarray")},
+        consumers={"np.from_dlpack": (np.from_dlpack, "dlpack"),
+                   "np.asarray": (np.asarray, "buffer")})
+
+
+def ml_dtypes_target():
+    import ml_dtypes
+
+    def make(spec):
+        return spec.numpy() if spec.dtype in EXTENSION_DTYPES else None
+    cases = [ArraySpec(dt, shape, lay, ro) for dt in EXTENSION_DTYPES
+             for shape in ((7,), (3, 4), ()) for lay in ("C", "strided") for ro in (False, True)
+             if shape or lay == "C"]
+    return Target("ml_dtypes", ml_dtypes.__version__, {
+        "ml_dtypes (NumPy arrays of ml_dtypes types)": _factory(
+            make, _np_src("obj = a"), name="ml_dtypes_array")}, cases=cases)
+
+
+def pyarrow_target():
+    import pyarrow as pa
+
+    def tensor(spec):
+        if spec.dtype not in PLAIN_DTYPES or spec.dtype in ("bool", "complex64", "complex128"):
+            return None
+        a = spec.numpy()
+        if any(s < 0 for s in a.strides) or (a.ndim and 0 in a.strides and a.size):
+            return None  # pa.Tensor refuses negative strides; zero strides would alias
+        return pa.Tensor.from_numpy(a)
+
+    def array(spec):
+        if spec.dtype not in PLAIN_DTYPES or spec.dtype.startswith("complex") or \
+                len(spec.shape) != 1 or spec.layout not in ("C", "offset"):
+            return None
+        if spec.layout == "offset":
+            full = ArraySpec(spec.dtype, (spec.shape[0] + 1,), "C").numpy()
+            arr = pa.array(full)[1:]
+            # pa.array keeps values; spec.values of 'offset' are full[1:] by construction
+            return arr
+        return pa.array(spec.numpy())
+
+    def array_src(spec):
+        if spec.layout == "offset":
+            full = ArraySpec(spec.dtype, (spec.shape[0] + 1,), "C")
+            return numpy_source(full) + "\nimport pyarrow as pa\nobj = pa.array(a)[1:]"
+        return numpy_source(spec) + "\nimport pyarrow as pa\nobj = pa.array(a)"
+
+    return Target("pyarrow", pa.__version__, {
+        "pyarrow.Tensor": _factory(tensor, _np_src("import pyarrow as pa\n"
+                                                   "obj = pa.Tensor.from_numpy(a)"),
+                                   read=lambda t: t.to_numpy() if hasattr(t, "to_numpy") else
+                                   np.asarray(t), name="pyarrow.Tensor"),
+        "pyarrow.Array": _factory(array, array_src, read=lambda a: a.to_numpy(
+            zero_copy_only=False), name="pyarrow.Array")},
+        consumers={"pa.py_buffer": (pa.py_buffer, "buffer", {
+            "read": _flat_read, "setup": "import pyarrow as pa"})})
+
+
+def nanoarrow_target():
+    import nanoarrow as na
+
+    def array(spec):
+        if spec.dtype not in PLAIN_DTYPES or spec.dtype in ("bool", "float16") or \
+                spec.dtype.startswith("complex") or len(spec.shape) != 1 or spec.layout != "C":
+            return None
+        return na.Array(spec.numpy())
+
+    def buffer(spec):
+        if spec.dtype not in PLAIN_DTYPES:
+            return None
+        a = spec.numpy()
+        if a.ndim != 1 or not a.flags.c_contiguous:
+            return None  # nanoarrow buffers are flat
+        return na.c_buffer(a)
+
+    def src(call):
+        return _np_src(f"import nanoarrow as na\nobj = {call}(a)")
+
+    return Target("nanoarrow", na.__version__, {
+        "nanoarrow.Array": _factory(array, src("na.Array"), read=lambda a: np.asarray(
+            a.to_pylist()), name="nanoarrow.Array"),
+        "nanoarrow.c_buffer": _factory(buffer, src("na.c_buffer"), name="nanoarrow.c_buffer")},
+        consumers={"na.c_buffer": (na.c_buffer, "buffer", {
+            "read": _flat_read, "setup": "import nanoarrow as na"})})
+
+
+def array_api_strict_target():
+    import array_api_strict as xp
+
+    def make(spec):
+        if spec.dtype not in PLAIN_DTYPES or spec.dtype == "float16":
+            return None
+        return xp.asarray(spec.numpy())
+    return Target("array_api_strict", xp.__version__, {
+        "array_api_strict.Array": _factory(
+            make, _np_src("import array_api_strict as xp\nobj = xp.asarray(a)"),
+            read=lambda x: np.asarray(x._array), name="array_api_strict.Array")},
+        consumers={"xp.from_dlpack": (xp.from_dlpack, "dlpack", {
+            "setup": "import array_api_strict as xp"})})
+
+
+def jax_target():
+    import jax
+    jax.config.update("jax_platforms", "cpu")
+    # 64-bit types on: without it JAX narrows float64 to float32 on import (its
+    # documented default), which would hide every protocol question behind a dtype
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    def make(spec):
+        if spec.dtype not in PLAIN_DTYPES and spec.dtype not in EXTENSION_DTYPES:
+            return None
+        if spec.layout != "C":
+            return None  # jax arrays have no strides: any other layout is a copy
+        return jnp.asarray(spec.numpy())
+    return Target("jax", jax.__version__, {
+        "jax.Array": _factory(make, _np_src("import jax.numpy as jnp\nobj = jnp.asarray(a)"),
+                              read=np.asarray, name="jax.Array")},
+        note="jax_enable_x64 on, CPU backend",
+        consumers={"jnp.from_dlpack": (jnp.from_dlpack, "dlpack", {
+            "setup": "import jax; jax.config.update('jax_enable_x64', True)\n"
+                     "import jax.numpy as jnp"})})
+
+
+def devbuf_target():
+    import devbuf
+
+    def buffer(spec):
+        if spec.layout != "C":
+            return None
+        if spec.dtype == "bfloat16" and not spec.readonly:
+            # NumPy cannot export ml_dtypes' 'E': devbuf's own custom dtype carries it
+            b = devbuf.empty(spec.shape, "[devbuf$bfloat16]")
+            v = spec.values
+            ctypes.memmove(b.ptr, v.ctypes.data, v.nbytes)
+            return b
+        if spec.dtype in EXTENSION_DTYPES:
+            return None
+        return devbuf.from_host(spec.numpy(), readonly=spec.readonly)
+
+    def view(spec):
+        return None if spec.dtype in EXTENSION_DTYPES else devbuf.view(spec.numpy())
+
+    def foreign(spec):
+        if spec.dtype in EXTENSION_DTYPES or spec.np_dtype.fields:
+            return None
+        return devbuf.from_dlpack(spec.numpy()).obj
+
+    def sim(spec):
+        if spec.layout != "C" or spec.dtype not in PLAIN_DTYPES:
+            return None
+        try:
+            dev = devbuf.device("devbuf.sim")
+        except devbuf.Error:
+            return None
+        return devbuf.from_host(spec.numpy(), device=dev, readonly=spec.readonly)
+
+    def src(tail):
+        return _np_src("import devbuf\n" + tail)
+
+    def to_host(x):
+        return np.asarray(x.to_host()) if hasattr(x, "to_host") else np.asarray(x)
+
+    try:
+        import ml_dtypes  # noqa: F401 - the bfloat16 cases need it for their values
+        extra = [ArraySpec("bfloat16", shape) for shape in ((7,), (3, 4), ())]
+    except ImportError:
+        extra = []
+    return Target("devbuf", devbuf.__version__, cases=default_cases() + extra, factories={
+        "devbuf.DeviceBuffer": _factory(buffer, src(
+            "obj = devbuf.from_host(a, readonly=a.flags.writeable is False)"),
+            name="devbuf.DeviceBuffer"),
+        "devbuf.DeviceView": _factory(view, src("obj = devbuf.view(a)"), name="devbuf.DeviceView"),
+        "devbuf.ForeignArray": _factory(foreign, src("obj = devbuf.from_dlpack(a).obj"),
+                                        name="devbuf.ForeignArray"),
+        "devbuf.DeviceBuffer on devbuf.sim": _factory(sim, src(
+            "obj = devbuf.from_host(a, device='devbuf.sim')"), read=to_host,
+            name="devbuf.sim")},
+        consumers={"devbuf.from_dlpack": (devbuf.from_dlpack, "dlpack"),
+                   "devbuf.view": (devbuf.view, "buffer")})
+
+
+TARGETS = {
+    "numpy": numpy_target, "ml_dtypes": ml_dtypes_target, "pyarrow": pyarrow_target,
+    "nanoarrow": nanoarrow_target, "array_api_strict": array_api_strict_target,
+    "jax": jax_target, "devbuf": devbuf_target,
+}
+
+__all__ = ["TARGETS", "Target", "numpy_source", "LAYOUTS", "RECORD_DTYPES"]

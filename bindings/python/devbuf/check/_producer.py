@@ -1,0 +1,1051 @@
+"""Producer checks: what an exporter must do, asked of objects a factory makes.
+
+Each check reads the object only through the protocol under test (a buffer
+request made with ctypes exactly as a C consumer makes it, a DLPack capsule
+read in place, the Arrow structs behind a capsule, pickle), and compares what
+it finds with the ArraySpec the object was made from.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import pickle
+import struct
+import sys
+import warnings
+
+import numpy as np
+
+from . import _capi as C
+from . import _dlpack as D
+from ._report import Report, RULES, rule
+from ._spec import ArraySpec, default_cases, same_values
+
+# ---- the rules ------------------------------------------------------------------------
+P = "producer"
+BP_ANSWER = rule("bp.answer", P, "buffer", "Buffer request types; test_buffer.py verify()",
+                 "an answered request fills exactly what it asked for: shape with PyBUF_ND, "
+                 "strides with PyBUF_STRIDES (else C-contiguous), suboffsets only with "
+                 "PyBUF_INDIRECT, format with PyBUF_FORMAT and NULL without it, "
+                 "len == itemsize * product(shape), the contiguity asked for, obj set, and "
+                 "the same items as the full answer")
+BP_REFUSE = rule("bp.refuse", P, "buffer", "contiguity requests (PyBUF_C/F/ANY_CONTIGUOUS, "
+                 "PyBUF_ND without PyBUF_STRIDES)",
+                 "a request whose contiguity the exporter cannot meet raises BufferError "
+                 "instead of answering with another layout")
+BP_WRITABLE = rule("bp.writable_readonly", P, "buffer", "PyBUF_WRITABLE: 'If the exporter "
+                   "cannot provide a writable buffer ... it MUST raise BufferError'",
+                   "a PyBUF_WRITABLE request to a read-only exporter raises BufferError, "
+                   "never answers readonly=1")
+BP_ERROR = rule("bp.error_type", P, "buffer", "getbufferproc: 'If the request cannot be met "
+                "... raise BufferError'",
+                "an exporter that cannot answer a request raises BufferError (not ValueError "
+                "or TypeError)")
+BP_SATISFIABLE = rule("bp.satisfiable", P, "buffer", "test_buffer.py: every request its "
+                      "exporters can meet is answered",
+                      "a request that the exporter's own full answer satisfies (layout, "
+                      "writability) is answered, not refused")
+BP_SIMPLE_FORMAT = rule("bp.simple_format", P, "buffer", "PyBUF_FORMAT 'can be |'d to any of "
+                        "the flags except PyBUF_SIMPLE, because the latter already implies "
+                        "format B'",
+                        "a PyBUF_FORMAT request without PyBUF_ND is refused or answered with "
+                        "format NULL or 'B': a flat byte export cannot carry an item format")
+BP_FORMAT = rule("bp.format_itemsize", P, "struct", "struct.calcsize; PEP 3118 'T{}' layout "
+                 "as NumPy reads it",
+                 "the exported format describes items of exactly itemsize bytes, under "
+                 "struct's rules or NumPy's (so that the exporter's own library can re-import "
+                 "it)")
+BP_VALUES = rule("bp.values", P, "buffer", "Buffer structure: buf, shape, strides",
+                 "the full answer (PyBUF_FULL_RO) describes the array's shape, item size and "
+                 "values")
+BP_EXPORTS = rule("bp.exports", P, "buffer", "PyBuffer_Release; 'obj: a new reference to the "
+                  "exporting object'",
+                  "each export holds a reference that its release gives back: after every "
+                  "export is released, the exporter's reference count (and its export count, "
+                  "if it shows one) is what it was")
+DL_DEVICE = rule("dl.device", P, "dlpack", "__dlpack_device__; DLTensor.device",
+                 "__dlpack_device__() returns (device_type, device_id) ints, and every "
+                 "capsule's dl_tensor.device agrees with it")
+DL_NAMES = rule("dl.names", P, "dlpack", "Implementation: capsule names; max_version",
+                "__dlpack__() without max_version answers a 'dltensor' capsule (the caller "
+                "cannot read a versioned one); with max_version >= (1, 0) a "
+                "'dltensor_versioned' (or, from a producer without 1.x, a 'dltensor'); a "
+                "fresh, unconsumed capsule on every call")
+DL_VERSION = rule("dl.version", P, "dlpack", "__dlpack__(max_version=...): the producer must "
+                  "not answer a newer major version",
+                  "a versioned capsule's major version is 1 and not above the max_version "
+                  "asked for; max_version below (1, 0) gets a legacy capsule")
+DL_VALUES = rule("dl.values", P, "dlpack", "DLTensor: data, byte_offset, shape, strides, dtype "
+                 "(0-d, empty and offset arrays included)",
+                 "the capsule's dtype, shape, strides, byte_offset and data describe the "
+                 "array's values; shape is non-NULL for ndim > 0; NULL strides only for a "
+                 "compact row-major tensor")
+DL_READONLY = rule("dl.readonly", P, "dlpack", "DLPACK_FLAG_BITMASK_READ_ONLY (DLPack 1.0)",
+                   "a read-only array goes out with the READ_ONLY flag in a versioned capsule, "
+                   "and is refused (BufferError) in a legacy capsule, which cannot say so")
+DL_COPY = rule("dl.copy", P, "dlpack", "Semantics: copy=True, DLPACK_FLAG_BITMASK_IS_COPIED",
+               "copy=True gives new memory, flagged IS_COPIED, whose strides describe the "
+               "copy (NULL, or a dense layout: row-major, or another order of the axes "
+               "as NumPy's order='K' copies), holding the same values")
+DL_NOCOPY = rule("dl.copy_false", P, "dlpack", "Semantics: copy=False 'must not copy'",
+                 "copy=False exports the array's own memory without IS_COPIED, or raises")
+DL_DL_DEVICE = rule("dl.dl_device", P, "dlpack", "__dlpack__(dl_device=...) (array API v2023)",
+                    "dl_device equal to __dlpack_device__() is accepted; a device the producer "
+                    "cannot export to raises (BufferError or ValueError), never a capsule on "
+                    "another device than the one asked for")
+DL_STREAM = rule("dl.stream", P, "dlpack", "Semantics: stream (None on CPU)",
+                 "stream=None is accepted on the array's own device")
+DL_DELETER = rule("dl.deleter", P, "dlpack", "Implementation: PyCapsule_Destructor calls the "
+                  "deleter only for an unconsumed 'dltensor' capsule",
+                  "an unconsumed capsule, dropped, runs its deleter (the producer's reference "
+                  "comes back); a consumed one (renamed, deleter called by the consumer) does "
+                  "not run it again")
+CAI_VERSION = rule("cai.version", P, "cai", "version", "version is 3 (2 accepted, no stream)")
+CAI_TYPESTR = rule("cai.typestr", P, "cai", "typestr, shape, data",
+                   "typestr is a NumPy type string of the array's item size and kind, shape "
+                   "a tuple of ints, data a (pointer, read_only) tuple with a pointer for "
+                   "non-empty arrays")
+CAI_STRIDES = rule("cai.strides", P, "cai", "strides: 'None ... C-style contiguous'",
+                   "strides is None for a C-contiguous array, else a tuple of byte strides "
+                   "matching the layout")
+CAI_MASK = rule("cai.mask", P, "cai", "mask", "mask is absent or None, or an object with a "
+                "__cuda_array_interface__ of the array's shape")
+CAI_STREAM = rule("cai.stream", P, "cai", "stream (v3): None, or an int other than 0",
+                  "stream is absent, None, or a non-zero int")
+AR_NAMES = rule("arrow.names", P, "arrow", "PyCapsule interface: capsule names",
+                "__arrow_c_array__ returns ('arrow_schema', 'arrow_array') capsules, "
+                "__arrow_c_device_array__ ('arrow_schema', 'arrow_device_array')")
+AR_RELEASE = rule("arrow.release", P, "arrow", "Released structure: 'the release callback "
+                  "MUST ... mark the structure as released by setting release to NULL'",
+                  "every exported ArrowSchema / ArrowArray has a release callback, which marks "
+                  "the struct released")
+AR_DEVICE = rule("arrow.device", P, "arrow", "ArrowDeviceArray.device_type, sync_event",
+                 "host memory says ARROW_DEVICE_CPU, and has no sync_event to wait on")
+AR_VALUES = rule("arrow.values", P, "arrow", "Arrow C data interface: buffers, offset, length",
+                 "the exported format, length, offset and data buffer hold the array's values")
+PK_ROUNDTRIP = rule("pickle.roundtrip", P, "pickle", "pickle protocol 5, in-band",
+                    "pickle.loads(pickle.dumps(obj, protocol=5)) holds the same values")
+PK_OOB = rule("pickle.out_of_band", P, "pickle", "buffer_callback / buffers=",
+              "with a buffer_callback, the out-of-band PickleBuffers plus the stream rebuild "
+              "the same values, and loads without them fails")
+DX_PLAIN = rule("dx.plain_refused", P, "device", "'a consumer that did not ask for "
+                "PyBUF_DEVICE must never receive device memory'",
+                "memory the host cannot read is refused (BufferError) to a request without "
+                "PyBUF_DEVICE")
+DX_UNASKED = rule("dx.no_unasked_fields", P, "device", "backport: the extended fields are "
+                  "written only for a PyBUF_DEVICE request",
+                  "a request without PyBUF_DEVICE leaves the extended Py_buffer fields "
+                  "(flags, ext_flags, device, device_info) untouched")
+DX_ADVERTISED = rule("dx.advertised", P, "device", "bf_supported_flags / "
+                     "PyObject_CheckBufferSupports",
+                     "an exporter that advertises PyBUF_DEVICE answers a PyBUF_DEVICE "
+                     "request, with the same shape, format and strides as a plain one for "
+                     "host memory")
+CD_FORMAT = rule("dtypes.format", P, "dtypes", "'[id$payload;alt$payload]' items",
+                 "a format with custom dtype items parses (devbuf.parse_format) and, where "
+                 "the namespace is known, gives the exported itemsize")
+
+PRODUCER_RULES = [r for r in RULES.values() if r.role == P]
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def _struct_size(fmt):
+    try:
+        return struct.calcsize(fmt)
+    except (struct.error, TypeError):
+        return None
+
+
+def _devbuf_size(fmt, mode):
+    import devbuf
+    try:
+        return devbuf.calcsize(fmt, mode)
+    except (devbuf.FormatError, ValueError):
+        return None
+
+
+def format_sizes(fmt):
+    """Item size of a buffer format under struct's, NumPy's and devbuf's rules."""
+    return {"struct": _struct_size(fmt), "numpy": _devbuf_size(fmt, "numpy"),
+            "default": _devbuf_size(fmt, "default")}
+
+
+def _dl_dtype(dt):
+    """(code, bits, lanes) a DLPack producer must use for NumPy dtype dt, or None."""
+    if dt.fields or dt.subdtype:
+        return None
+    bits = dt.itemsize * 8
+    name = dt.name
+    special = {"bfloat16": (4, 16, 1), "float8_e4m3fn": (10, 8, 1), "int4": (0, 4, 1)}
+    if name in special:
+        return special[name]
+    code = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}.get(dt.kind)
+    return None if code is None else (code, bits, 1)
+
+
+def _gather_strided(ptr, shape, strides_items, itemsize):
+    return C._gather(ptr, shape, tuple(s * itemsize for s in strides_items), itemsize)
+
+
+def _dense(shape, strides):
+    """Do element strides describe a dense, non-overlapping layout of shape
+    (C, Fortran or any other order of the axes), as a fresh copy must?"""
+    dims = sorted((s, d) for d, s in zip(shape, strides) if d != 1)
+    expect = 1
+    for s, d in dims:
+        if s != expect:
+            return False
+        expect *= d
+    return True
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """No automatic collection while a reference count is compared: it could
+    free unrelated garbage (an old traceback) that held the object."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _refcount_settles(obj, fn):
+    """Run fn() and say by how much obj's reference count moved. (No gc.collect:
+    capsules and exports are freed by reference counting, and a collection per
+    case would cost more than all the checks in a big process.)"""
+    with _no_gc():
+        before = sys.getrefcount(obj)
+        fn()
+        return sys.getrefcount(obj) - before
+
+
+def to_numpy(x):
+    """A NumPy array of x's values, through whatever protocol x offers."""
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            pass
+    try:
+        return np.asarray(memoryview(x))
+    except (TypeError, BufferError, ValueError, NotImplementedError):
+        pass
+    if hasattr(x, "to_numpy"):
+        return np.asarray(x.to_numpy())
+    return np.asarray(x)
+
+
+# ---- the checks, one protocol each ----------------------------------------------------------
+
+
+class _Ctx:
+    def __init__(self, report, spec, obj, repro):
+        self.report, self.spec, self.obj, self.repro = report, spec, obj, repro
+        self.full = None  # the PyBUF_FULL_RO answer, when there is one
+        self.known_readonly = spec.readonly
+        self.device_memory = False  # set by check_device: never read it from the host
+
+    @property
+    def host(self):
+        """Is the object's memory host memory? True when it answers a plain buffer
+        request or says kDLCPU; False for another DLPack device; else None."""
+        if self.full is not None:
+            return True
+        try:
+            return int(self.obj.__dlpack_device__()[0]) in (D.KDLCPU, D.KDLCUDAHOST)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def ok(self, rid):
+        self.report.passed(rid, str(self.spec))
+
+    def fail(self, rid, reason, lines=()):
+        code = self.repro(self.spec)
+        if lines:
+            code += "\n" + "\n".join(lines)
+        self.report.failed(rid, reason, str(self.spec), code)
+
+    def skip(self, rid, reason):
+        self.report.skipped(rid, reason)
+
+
+def _ask(obj, req, gather=True):
+    try:
+        return C.getbuffer(obj, req, gather), None
+    except Exception as e:  # noqa: BLE001 - which exception it was is the point
+        return None, e
+
+
+def check_buffer(c: _Ctx):
+    obj, spec = c.obj, c.spec
+    gather = not c.device_memory  # (answered wrongly, device memory must not be read)
+    full, err = _ask(obj, C.PyBUF_FULL_RO, gather)
+    bp_rules = (BP_ANSWER, BP_REFUSE, BP_WRITABLE, BP_ERROR, BP_SATISFIABLE, BP_SIMPLE_FORMAT,
+                BP_FORMAT, BP_VALUES, BP_EXPORTS)
+    if err is not None:
+        if isinstance(err, TypeError) and ("bytes-like object is required" in str(err) or
+                                           "does not support the buffer" in str(err)):
+            for r in bp_rules:
+                c.skip(r, f"{type(obj).__name__} is not a buffer exporter")
+            return
+        if isinstance(err, BufferError):
+            for r in bp_rules:
+                c.skip(r, f"PyBUF_FULL_RO refused: {err}")
+            return
+        c.fail(BP_ERROR, f"PyBUF_FULL_RO raised {type(err).__name__} ({err}), not BufferError",
+               ["import ctypes; mv = memoryview(obj)  # raises " + type(err).__name__])
+        return
+    c.full = full
+    c.known_readonly = bool(full.readonly)
+    dt = spec.np_dtype
+    fmt = full.format.decode("latin-1") if full.format is not None else None
+    # -- values ------------------------------------------------------------------------
+    want = spec.values
+    if full.shape != spec.shape and not (spec.shape == () and full.shape == ()):
+        c.fail(BP_VALUES, f"PyBUF_FULL_RO answered shape {full.shape}, the array's is "
+               f"{spec.shape}", ["print(memoryview(obj).shape)"])
+    elif full.itemsize != dt.itemsize:
+        c.fail(BP_VALUES, f"PyBUF_FULL_RO answered itemsize {full.itemsize}, the dtype's is "
+               f"{dt.itemsize}", ["print(memoryview(obj).itemsize)"])
+    elif full.data is not None and not same_values(
+            np.frombuffer(full.data, dt).reshape(spec.shape), want):
+        c.fail(BP_VALUES, "PyBUF_FULL_RO describes other values than the array holds",
+               ["print(memoryview(obj).tobytes())"])
+    else:
+        c.ok(BP_VALUES)
+    # -- format vs itemsize ------------------------------------------------------------------
+    if fmt is not None:
+        if "$" in fmt:
+            _check_custom_format(c, fmt, full.itemsize)
+        else:
+            sizes = format_sizes(fmt)
+            if full.itemsize in (sizes["struct"], sizes["numpy"]):
+                c.ok(BP_FORMAT)
+            else:
+                said = ", ".join(f"{k} {v}" for k, v in sizes.items() if v is not None) or \
+                    "no rule reads it"
+                c.fail(BP_FORMAT, f"format {fmt!r} with itemsize {full.itemsize}: the format "
+                       f"describes {said} bytes",
+                       ["m = memoryview(obj)",
+                        "print(m.format, m.itemsize)  # " + f"{fmt!r} {full.itemsize}",
+                        "import numpy as np; np.asarray(m)  # the re-import fails or misreads"])
+    # -- every request of test_buffer's table --------------------------------------------
+    shape = full.shape if full.shape is not None else (full.len // max(full.itemsize, 1),)
+    st = full.strides if full.strides is not None else C.c_strides(shape, full.itemsize)
+    c_ok = C.is_contiguous(shape, st, full.itemsize, "C")
+    f_ok = C.is_contiguous(shape, st, full.itemsize, "F")
+    for req in C.ALL_REQUESTS:
+        ans, e = _ask(obj, req, gather)
+        name = C.request_name(req)
+        ask_line = f"print(devbuf.check.getbuffer(obj, {hex(req)}).as_dict())  # {name}"
+        meetable = True
+        if req & C.PyBUF_WRITABLE and full.readonly:
+            if ans is not None:
+                c.fail(BP_WRITABLE, f"{name} to a read-only exporter answered readonly="
+                       f"{ans.readonly} instead of raising BufferError",
+                       ["import devbuf.check", ask_line + ": answers, should raise BufferError"])
+            else:
+                c.ok(BP_WRITABLE)
+            meetable = False
+        need_c = (req & 0x20) or not (req & 0x10)  # no strides: C order, flat bytes too
+        bad_layout = ((need_c and not c_ok) or (req & 0x40 and not f_ok) or
+                      (req & 0x80 and not (c_ok or f_ok)))
+        if bad_layout:
+            meetable = False
+            if ans is not None:
+                c.fail(BP_REFUSE, f"{name} answered a layout that is not what it asked for "
+                       f"(strides {full.strides})", ["import devbuf.check", ask_line])
+            elif not (req & C.PyBUF_WRITABLE and full.readonly):
+                c.ok(BP_REFUSE)
+        if e is not None and not isinstance(e, BufferError):
+            c.fail(BP_ERROR, f"{name} raised {type(e).__name__} ({e}), not BufferError",
+                   ["import devbuf.check", ask_line])
+            continue
+        if e is not None:
+            c.ok(BP_ERROR)
+        flat_format = req & C.PyBUF_FORMAT and not req & C.PyBUF_ND
+        if flat_format:
+            if ans is not None and ans.format not in (None, b"B"):
+                c.fail(BP_SIMPLE_FORMAT, f"{name} answered format {ans.format.decode()!r} with "
+                       f"no shape: a consumer cannot tell the item count",
+                       ["import devbuf.check", ask_line])
+            else:
+                c.ok(BP_SIMPLE_FORMAT)
+        if ans is None:
+            if meetable and not flat_format:
+                c.fail(BP_SATISFIABLE, f"{name} refused ({e}) although the exporter's own "
+                       "PyBUF_FULL_RO answer meets it", ["import devbuf.check", ask_line])
+            elif meetable:
+                c.ok(BP_SATISFIABLE)
+            continue
+        if meetable:
+            c.ok(BP_SATISFIABLE)
+        problem = _answer_problem(ans, req, full)
+        if problem:
+            c.fail(BP_ANSWER, f"{name}: {problem}", ["import devbuf.check", ask_line])
+        else:
+            c.ok(BP_ANSWER)
+    # -- export counts --------------------------------------------------------------------
+    _check_exports(c)
+
+
+def _answer_problem(a, req, full):
+    if not a.obj:
+        return "view.obj is NULL"
+    if a.suboffsets is not None and not (req & 0x100):
+        return "suboffsets without PyBUF_INDIRECT"
+    if req & C.PyBUF_FORMAT:
+        if a.format != full.format:
+            return f"format {a.format!r}, the full answer's is {full.format!r}"
+    elif a.format is not None:
+        return f"format {a.format.decode('latin-1')!r} without PyBUF_FORMAT (must be NULL)"
+    if req & C.PyBUF_WRITABLE and a.readonly:
+        return "readonly=1 for a PyBUF_WRITABLE request"
+    if a.len != full.len:
+        return f"len {a.len}, the full answer's is {full.len}"
+    if req & C.PyBUF_ND:
+        if a.shape is None:
+            return "shape NULL for a PyBUF_ND request"
+        if a.shape != full.shape:
+            return f"shape {a.shape}, the full answer's is {full.shape}"
+        n = 1
+        for d in a.shape:
+            n *= d
+        if n * a.itemsize != a.len:
+            return f"len {a.len} != itemsize {a.itemsize} * {n} items"
+        if req & 0x10 and a.strides is None and a.ndim > 0:
+            return "strides NULL for a PyBUF_STRIDES request"
+        st = a.strides if a.strides is not None else C.c_strides(a.shape, a.itemsize)
+        if (req & 0x20 or not req & 0x10) and not C.is_contiguous(a.shape, st, a.itemsize, "C"):
+            return f"strides {st} are not C-contiguous"
+        if req & 0x40 and not C.is_contiguous(a.shape, st, a.itemsize, "F"):
+            return f"strides {st} are not Fortran-contiguous"
+        if a.data is not None and full.data is not None and a.data != full.data:
+            return "describes other items than the PyBUF_FULL_RO answer"
+    elif a.shape is not None:
+        return "shape set without PyBUF_ND (must be NULL)"
+    elif a.ndim == 0 and a.len != a.itemsize:
+        return (f"ndim 0 ('buf points to a single item representing a scalar') with len "
+                f"{a.len} and itemsize {a.itemsize}")
+    return None
+
+
+def _check_exports(c: _Ctx):
+    obj = c.obj
+    counter = getattr(obj, "exports", None)
+    held = []
+
+    def hold_and_release():
+        for req in (C.PyBUF_FULL_RO, C.PyBUF_RECORDS_RO, C.PyBUF_SIMPLE):
+            try:
+                held.append(C.Held(obj, req))
+            except Exception:  # noqa: BLE001 - refusals are bp.refuse's and bp.error_type's
+                pass
+        during = getattr(obj, "exports", None)
+        for h in reversed(held):
+            h.release()
+        return during
+
+    with _no_gc():
+        before = sys.getrefcount(obj)
+        during = hold_and_release()
+        after = sys.getrefcount(obj)
+    if after != before:
+        c.fail(BP_EXPORTS, f"{len(held)} exports taken and released changed the exporter's "
+               f"reference count by {after - before}",
+               ["import sys, devbuf.check", "n = sys.getrefcount(obj)",
+                "h = devbuf.check.Held(obj, 0x11c); h.release()",
+                "print(sys.getrefcount(obj) - n)  # not 0"])
+    elif isinstance(counter, int) and (getattr(obj, "exports", 0) != counter or
+                                       during != counter + len(held)):
+        c.fail(BP_EXPORTS, f"exports counter read {counter}, {during} with {len(held)} held, "
+               f"{getattr(obj, 'exports', None)} after release")
+    else:
+        c.ok(BP_EXPORTS)
+
+
+def _check_custom_format(c, fmt, itemsize):
+    import devbuf
+    try:
+        f = devbuf.parse_format(fmt, allow_unknown=True)
+    except devbuf.FormatError as e:
+        c.fail(CD_FORMAT, f"format {fmt!r} does not parse: {e}")
+        return
+    if not f.has_unknown and f.itemsize != itemsize:
+        c.fail(CD_FORMAT, f"format {fmt!r} describes {f.itemsize} bytes, itemsize is {itemsize}")
+    else:
+        c.ok(CD_FORMAT)
+
+
+# ---- DLPack --------------------------------------------------------------------------------
+
+def _dlpack(obj, **kw):
+    try:
+        with warnings.catch_warnings():  # the legacy form is asked on purpose
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return obj.__dlpack__(**kw), None
+    except Exception as e:  # noqa: BLE001
+        return None, e
+
+
+def _dl_values_problem(info, spec, readable=True):
+    dt = spec.np_dtype
+    want_dtype = _dl_dtype(dt)
+    if want_dtype is not None and info["dtype"] != want_dtype:
+        return f"dtype (code, bits, lanes) {info['dtype']}, expected {want_dtype}"
+    if info["null_shape"]:
+        return f"shape is NULL with ndim {info['ndim']}"
+    if info["shape"] != spec.shape:
+        return f"shape {info['shape']}, the array's is {spec.shape}"
+    if info["device"][0] not in (D.KDLCPU, D.KDLCUDAHOST) or not readable:
+        return None  # not readable here; the device checks cover it
+    n = int(np.prod(spec.shape, dtype=np.int64))
+    if n == 0:
+        return None
+    itemsize = dt.itemsize
+    strides = info["strides"]
+    if strides is None:
+        strides = tuple(s // itemsize for s in C.c_strides(spec.shape, itemsize))
+    if not info["data"]:
+        return "data is NULL for a non-empty tensor"
+    got = _gather_strided(info["data"] + info["byte_offset"], spec.shape, strides, itemsize)
+    if got != spec.values.tobytes():
+        return (f"the tensor (strides {info['strides']}, byte_offset {info['byte_offset']}) "
+                f"holds other values than the array")
+    return None
+
+
+def check_dlpack(c: _Ctx):
+    obj, spec = c.obj, c.spec
+    dl_rules = (DL_DEVICE, DL_NAMES, DL_VERSION, DL_VALUES, DL_READONLY, DL_COPY, DL_NOCOPY,
+                DL_DL_DEVICE, DL_STREAM, DL_DELETER)
+    if not hasattr(obj, "__dlpack__"):
+        for r in dl_rules:
+            c.skip(r, f"{type(obj).__name__} has no __dlpack__")
+        return
+    if spec.np_dtype.fields:
+        # DLPack has no record dtypes: the producer must refuse; nothing else to check.
+        cap, e = _dlpack(obj, max_version=(1, 0))
+        if cap is not None:
+            c.fail(DL_VALUES, "a record dtype went out as a DLPack tensor: DLPack has no "
+                   "record types", ["cap = obj.__dlpack__(max_version=(1, 0))  # no error"])
+        return
+    try:
+        dev = obj.__dlpack_device__()
+        dev = (int(dev[0]), int(dev[1]))
+    except Exception as e:  # noqa: BLE001
+        c.fail(DL_DEVICE, f"__dlpack_device__() failed: {type(e).__name__}: {e}",
+               ["obj.__dlpack_device__()"])
+        return
+    # -- names, versions ---------------------------------------------------------------
+    legacy, le = _dlpack(obj)
+    versioned, ve = _dlpack(obj, max_version=(1, 0))
+    readonly = c.known_readonly
+    if versioned is None and isinstance(ve, TypeError):
+        c.skip(DL_NAMES, "__dlpack__ takes no max_version (pre-2023 signature)")
+    if legacy is not None:
+        name = D.capsule_name(legacy)
+        if name != "dltensor":
+            c.fail(DL_NAMES, f"__dlpack__() (no max_version) answered a {name!r} capsule",
+                   ["cap = obj.__dlpack__()", "print(cap)  # want 'dltensor'"])
+        else:
+            c.ok(DL_NAMES)
+        if readonly:
+            c.fail(DL_READONLY, "a read-only array went out in a legacy capsule, which has no "
+                   "read-only flag: a consumer may write to it",
+                   ["cap = obj.__dlpack__()  # should raise BufferError"])
+    elif readonly and versioned is not None:
+        c.ok(DL_READONLY)  # refused: the legacy form cannot say read-only
+    old, oe = _dlpack(obj, max_version=(0, 8))
+    if old is not None and D.capsule_name(old) != "dltensor":
+        c.fail(DL_VERSION, f"max_version=(0, 8) answered a {D.capsule_name(old)!r} capsule",
+               ["cap = obj.__dlpack__(max_version=(0, 8))", "print(cap)  # want 'dltensor'"])
+    info = None
+    for cap in (versioned, legacy):
+        if cap is None:
+            continue
+        try:
+            info = D.read_capsule(cap)
+        except ValueError as e:
+            c.fail(DL_NAMES, str(e), ["cap = obj.__dlpack__(max_version=(1, 0)); print(cap)"])
+            return
+        break
+    if info is None:
+        reason = f"no capsule: {ve or le}"
+        for r in dl_rules:
+            c.skip(r, reason)
+        return
+    if versioned is not None:
+        vname = D.capsule_name(versioned)
+        if vname not in ("dltensor_versioned", "dltensor"):
+            c.fail(DL_NAMES, f"max_version=(1, 0) answered a {vname!r} capsule")
+        again, _ = _dlpack(obj, max_version=(1, 0))
+        if again is versioned or (again is not None and D.capsule_name(again).startswith("used")):
+            c.fail(DL_NAMES, "a second __dlpack__ call answered the same or a used capsule",
+                   ["a = obj.__dlpack__(max_version=(1, 0))",
+                    "b = obj.__dlpack__(max_version=(1, 0)); print(a is b, b)"])
+        if info["versioned"]:
+            if info["version"][0] != 1:
+                c.fail(DL_VERSION, f"versioned capsule says DLPack {info['version']}, "
+                       "max_version asked (1, 0)",
+                       ["cap = obj.__dlpack__(max_version=(1, 0))  # read major"])
+            else:
+                c.ok(DL_VERSION)
+            if readonly:
+                if info["flags"] & D.FLAG_READ_ONLY:
+                    c.ok(DL_READONLY)
+                else:
+                    c.fail(DL_READONLY, "a read-only array's versioned capsule lacks the "
+                           "READ_ONLY flag", ["import numpy as np",
+                                              "y = np.from_dlpack(obj); y[...] = 0  # writes"])
+        elif old is not None:
+            c.ok(DL_VERSION)
+    # -- device --------------------------------------------------------------------------
+    if info["device"] != dev:
+        c.fail(DL_DEVICE, f"__dlpack_device__() says {dev}, the capsule's device is "
+               f"{info['device']}", ["print(obj.__dlpack_device__())"])
+    else:
+        c.ok(DL_DEVICE)
+    # -- values ----------------------------------------------------------------------------
+    problem = _dl_values_problem(info, spec, not c.device_memory)
+    if problem:
+        c.fail(DL_VALUES, problem, ["import numpy as np", "print(np.from_dlpack(obj))"])
+    else:
+        c.ok(DL_VALUES)
+    # -- stream, dl_device -------------------------------------------------------------------
+    if versioned is not None:
+        cap, e = _dlpack(obj, max_version=(1, 0), stream=None)
+        if cap is None:
+            c.fail(DL_STREAM, f"stream=None raised {type(e).__name__}: {e}",
+                   ["obj.__dlpack__(max_version=(1, 0), stream=None)"])
+        else:
+            c.ok(DL_STREAM)
+        cap, e = _dlpack(obj, max_version=(1, 0), dl_device=dev)
+        if cap is None and not isinstance(e, TypeError):
+            c.fail(DL_DL_DEVICE, f"dl_device={dev} (its own device) raised "
+                   f"{type(e).__name__}: {e}", [f"obj.__dlpack__(max_version=(1, 0), "
+                                                  f"dl_device={dev})"])
+        elif cap is not None:
+            other = (D.KDLCUDA, 0) if dev[0] != D.KDLCUDA else (D.KDLCPU, 0)
+            cap2, e2 = _dlpack(obj, max_version=(1, 0), dl_device=other)
+            if cap2 is not None and D.read_capsule(cap2)["device"] != other:
+                c.fail(DL_DL_DEVICE, f"dl_device={other} answered a capsule on "
+                       f"{D.read_capsule(cap2)['device']}",
+                       [f"cap = obj.__dlpack__(max_version=(1, 0), dl_device={other})"])
+            elif cap2 is None and not isinstance(e2, (BufferError, ValueError,
+                                                      NotImplementedError)):
+                c.fail(DL_DL_DEVICE, f"dl_device={other} raised {type(e2).__name__} ({e2}), "
+                       "not BufferError or ValueError",
+                       [f"obj.__dlpack__(max_version=(1, 0), dl_device={other})"])
+            else:
+                c.ok(DL_DL_DEVICE)
+        # -- copies --------------------------------------------------------------------------
+        _check_copies(c, info, dev)
+    _check_deleter(c)
+
+
+def _check_copies(c, info, dev):
+    obj, spec = c.obj, c.spec
+    cap, e = _dlpack(obj, max_version=(1, 0), copy=True)
+    line = "import numpy as np; print(np.from_dlpack(obj, copy=True))  # want " + \
+        np.array2string(spec.values.ravel()[:6], separator=" ")
+    if cap is None:
+        if not isinstance(e, (TypeError, BufferError, ValueError, NotImplementedError)):
+            c.fail(DL_COPY, f"copy=True raised {type(e).__name__}: {e}")
+        else:
+            c.skip(DL_COPY, f"copy=True not offered: {type(e).__name__}: {e}")
+    elif D.capsule_name(cap) == "dltensor_versioned":
+        ci = D.read_capsule(cap)
+        n = int(np.prod(spec.shape, dtype=np.int64))
+        compact = ci["strides"] is None or _dense(spec.shape, ci["strides"])
+        if not ci["flags"] & D.FLAG_IS_COPIED:
+            c.fail(DL_COPY, "copy=True answered without the IS_COPIED flag",
+                   ["cap = obj.__dlpack__(max_version=(1, 0), copy=True)  # flags lack 2"])
+        elif n and ci["data"] + ci["byte_offset"] == info["data"] + info["byte_offset"]:
+            c.fail(DL_COPY, "copy=True answered the array's own memory", [line])
+        elif n and not compact:
+            c.fail(DL_COPY, f"copy=True answered strides {ci['strides']} for shape "
+                   f"{spec.shape}: a fresh copy is packed, so strides that are not a dense "
+                   "layout (the source's?) reach past it", [line])
+        else:
+            problem = _dl_values_problem(ci, spec, not c.device_memory)
+            if problem:
+                c.fail(DL_COPY, "copy=True: " + problem, [line])
+            else:
+                c.ok(DL_COPY)
+    cap, e = _dlpack(obj, max_version=(1, 0), copy=False)
+    if cap is None:
+        if isinstance(e, (BufferError, ValueError, TypeError, NotImplementedError)):
+            c.ok(DL_NOCOPY) if not isinstance(e, TypeError) else c.skip(DL_NOCOPY, str(e))
+        else:
+            c.fail(DL_NOCOPY, f"copy=False raised {type(e).__name__}: {e}")
+        return
+    ci = D.read_capsule(cap)
+    if ci["flags"] & D.FLAG_IS_COPIED or (
+            ci["data"] + ci["byte_offset"] != info["data"] + info["byte_offset"]):
+        c.fail(DL_NOCOPY, "copy=False answered a copy",
+               ["cap = obj.__dlpack__(max_version=(1, 0), copy=False)"])
+    else:
+        c.ok(DL_NOCOPY)
+
+
+def _check_deleter(c):
+    obj = c.obj
+    kw = {"max_version": (1, 0)}  # (read-only arrays go out only in versioned capsules)
+
+    def drop():
+        cap, e = _dlpack(obj, **kw)
+        del cap
+
+    def consume():
+        cap, e = _dlpack(obj, **kw)
+        if cap is not None:
+            D.consume(cap)
+        del cap
+
+    d1 = _refcount_settles(obj, drop)
+    d2 = _refcount_settles(obj, consume)
+    if d1:
+        c.fail(DL_DELETER, f"an unconsumed capsule, dropped, left the producer's reference "
+               f"count {d1:+d}: its destructor did not run the deleter",
+               ["import sys; n = sys.getrefcount(obj)",
+                "cap = obj.__dlpack__(max_version=(1, 0)); del cap",
+                "print(sys.getrefcount(obj) - n)  # not 0"])
+    elif d2:
+        c.fail(DL_DELETER, f"a consumed capsule (renamed, deleter called once) left the "
+               f"producer's reference count {d2:+d}")
+    else:
+        c.ok(DL_DELETER)
+
+
+# ---- CUDA Array Interface -----------------------------------------------------------------
+
+def check_cai(c: _Ctx):
+    obj, spec = c.obj, c.spec
+    cai_rules = (CAI_VERSION, CAI_TYPESTR, CAI_STRIDES, CAI_MASK, CAI_STREAM)
+    try:
+        d = obj.__cuda_array_interface__
+    except Exception as e:  # noqa: BLE001 - absent or not for this memory
+        for r in cai_rules:
+            c.skip(r, f"no __cuda_array_interface__ ({type(e).__name__})")
+        return
+    line = ["print(obj.__cuda_array_interface__)"]
+    v = d.get("version")
+    if v not in (2, 3):
+        c.fail(CAI_VERSION, f"version {v!r}", line)
+    else:
+        c.ok(CAI_VERSION)
+    dt = spec.np_dtype
+    ts = d.get("typestr")
+    try:
+        tdt = np.dtype(ts)
+        ok_ts = (isinstance(ts, str) and len(ts) >= 3 and ts[0] in "<>|" and
+                 tdt.itemsize == dt.itemsize and (tdt.kind == dt.kind or dt.fields))
+    except (TypeError, ValueError):
+        ok_ts = False
+    data = d.get("data")
+    n = int(np.prod(spec.shape, dtype=np.int64))
+    shape = d.get("shape")
+    if not ok_ts:
+        c.fail(CAI_TYPESTR, f"typestr {ts!r} for dtype {dt}", line)
+    elif not (isinstance(shape, tuple) and tuple(shape) == spec.shape):
+        c.fail(CAI_TYPESTR, f"shape {shape!r}, the array's is {spec.shape}", line)
+    elif not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], int) and
+              isinstance(data[1], bool) and (data[0] or not n)):
+        c.fail(CAI_TYPESTR, f"data {data!r}: want (pointer, read_only)", line)
+    else:
+        c.ok(CAI_TYPESTR)
+    strides = d.get("strides")
+    c_contig = C.is_contiguous(spec.shape, spec.numpy().strides, dt.itemsize, "C")
+    if c_contig and strides is not None and n:
+        c.fail(CAI_STRIDES, f"strides {strides} for a C-contiguous array (must be None)", line)
+    elif not c_contig and strides is None:
+        c.fail(CAI_STRIDES, "strides None for a non-C-contiguous array", line)
+    else:
+        c.ok(CAI_STRIDES)
+    mask = d.get("mask")
+    if mask is not None and not hasattr(mask, "__cuda_array_interface__"):
+        c.fail(CAI_MASK, f"mask {mask!r} has no __cuda_array_interface__", line)
+    else:
+        c.ok(CAI_MASK)
+    if "stream" in d and d["stream"] is not None and (not isinstance(d["stream"], int) or
+                                                        d["stream"] == 0):
+        c.fail(CAI_STREAM, f"stream {d['stream']!r}: 0 is ambiguous and disallowed", line)
+    else:
+        c.ok(CAI_STREAM)
+
+
+# ---- Arrow ---------------------------------------------------------------------------------
+
+def check_arrow(c: _Ctx):
+    obj, spec = c.obj, c.spec
+    ar_rules = (AR_NAMES, AR_RELEASE, AR_DEVICE, AR_VALUES)
+    methods = [m for m in ("__arrow_c_array__", "__arrow_c_device_array__") if hasattr(obj, m)]
+    if not methods:
+        for r in ar_rules:
+            c.skip(r, f"{type(obj).__name__} has no __arrow_c_array__")
+        return
+    for m in methods:
+        want = ("arrow_schema", "arrow_array" if m == "__arrow_c_array__" else
+                "arrow_device_array")
+        try:
+            pair = getattr(obj, m)()
+        except Exception as e:  # noqa: BLE001 - Arrow cannot hold every array (n-d, records)
+            c.skip(AR_NAMES, f"{m}() refused: {type(e).__name__}: {str(e)[:80]}")
+            continue
+        names = tuple(C.capsule_name(p) for p in pair) if isinstance(pair, tuple) else None
+        if names != want:
+            c.fail(AR_NAMES, f"{m}() answered capsules named {names}, want {want}",
+                   [f"print(obj.{m}())"])
+            continue
+        c.ok(AR_NAMES)
+        schema = C.capsule_struct(pair[0], C.ArrowSchema)
+        if m == "__arrow_c_array__":
+            arr, dev = C.capsule_struct(pair[1], C.ArrowArray), None
+        else:
+            dev = C.capsule_struct(pair[1], C.ArrowDeviceArray)
+            arr = dev.array
+            if c.host is False:
+                if dev.device_type == C.ARROW_DEVICE_CPU:
+                    c.fail(AR_DEVICE, "device memory exported as ARROW_DEVICE_CPU",
+                           [f"obj.{m}()"])
+                else:
+                    c.ok(AR_DEVICE)
+            elif dev.device_type != C.ARROW_DEVICE_CPU:
+                c.fail(AR_DEVICE, f"host memory exported with device_type {dev.device_type}",
+                       [f"obj.{m}()"])
+            elif dev.sync_event:
+                c.fail(AR_DEVICE, "host memory exported with a sync_event",
+                       [f"obj.{m}()"])
+            else:
+                c.ok(AR_DEVICE)
+        if dev is None or dev.device_type == C.ARROW_DEVICE_CPU:
+            _arrow_values(c, schema, arr, m)  # (device buffers are not readable here)
+        if not schema.release or not arr.release:
+            c.fail(AR_RELEASE, f"{m}(): a struct with a NULL release callback (already "
+                   "released?)", [f"obj.{m}()"])
+            continue
+        ok_a = C.release_array(arr)
+        ok_s = C.release_schema(schema)
+        if not (ok_a and ok_s):
+            c.fail(AR_RELEASE, f"{m}(): the release callback left release non-NULL "
+                   f"({'array' if not ok_a else 'schema'})", [f"obj.{m}()"])
+        else:
+            c.ok(AR_RELEASE)
+        del pair  # the capsule destructors now see released structs: nothing to do
+
+
+def _arrow_values(c, schema, arr, m):
+    spec = c.spec
+    fmt = schema.format.decode() if schema.format else None
+    npfmt = C.ARROW_FORMATS.get(fmt)
+    if npfmt is None or spec.np_dtype.kind == "b":
+        c.skip(AR_VALUES, f"Arrow format {fmt!r} not value-checked")
+        return
+    want = spec.values.ravel()
+    if np.dtype(npfmt) != spec.np_dtype or arr.length != want.size or arr.n_buffers < 2:
+        c.fail(AR_VALUES, f"{m}(): format {fmt!r} length {arr.length}, want "
+               f"{spec.np_dtype} length {want.size}", [f"obj.{m}()"])
+        return
+    ptr = arr.buffers[1]
+    if want.size and not ptr:
+        c.fail(AR_VALUES, f"{m}(): NULL data buffer")
+        return
+    got = ctypes.string_at(ptr + arr.offset * want.itemsize, want.nbytes) if want.size else b""
+    if got != want.tobytes():
+        c.fail(AR_VALUES, f"{m}(): the data buffer holds other values", [f"obj.{m}()"])
+    else:
+        c.ok(AR_VALUES)
+
+
+# ---- pickle 5 ------------------------------------------------------------------------------
+
+def check_pickle(c: _Ctx, read):
+    obj, spec = c.obj, c.spec
+    try:
+        data = pickle.dumps(obj, protocol=5)
+    except Exception as e:  # noqa: BLE001
+        c.skip(PK_ROUNDTRIP, f"not picklable: {type(e).__name__}: {e}")
+        c.skip(PK_OOB, "not picklable")
+        return
+    want = spec.values
+    lines = ["import pickle, numpy as np"]
+    plain_read = read
+
+    def read(x):
+        try:
+            return plain_read(x)
+        except Exception:  # noqa: BLE001 - a dtype NumPy cannot import: the raw items
+            raw = C.getbuffer(x, C.PyBUF_RECORDS_RO).data
+            return np.frombuffer(raw, spec.np_dtype).reshape(spec.shape)
+    try:
+        got = read(pickle.loads(data))
+        same = same_values(got, want)
+    except Exception as e:  # noqa: BLE001
+        same, got = False, e
+    if same:
+        c.ok(PK_ROUNDTRIP)
+    else:
+        c.fail(PK_ROUNDTRIP, f"protocol 5 round trip gave {got!r:.80}",
+               lines + ["print(pickle.loads(pickle.dumps(obj, protocol=5)))"])
+    bufs = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    lines += ["bufs = []; s = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)",
+              "print(pickle.loads(s, buffers=bufs))"]
+    try:
+        got = read(pickle.loads(data, buffers=[b.raw() for b in bufs]))
+        same = same_values(got, want)
+    except Exception as e:  # noqa: BLE001
+        same, got = False, e
+    if not same:
+        c.fail(PK_OOB, f"out-of-band round trip gave {got!r:.80}", lines)
+        return
+    if bufs:
+        try:
+            pickle.loads(data)
+            c.fail(PK_OOB, "loads() without the out-of-band buffers did not fail", lines)
+            return
+        except pickle.UnpicklingError:
+            pass
+    c.ok(PK_OOB)
+
+
+# ---- the device extension ------------------------------------------------------------------
+
+class _ExtBuffer(ctypes.Structure):
+    _fields_ = [("view", C.Py_buffer), ("flags", ctypes.c_int), ("ext_flags", ctypes.c_int),
+                ("device", ctypes.c_void_p), ("device_info", ctypes.c_void_p)]
+
+
+_SENTINEL = 0x5EED
+
+
+def check_device(c: _Ctx):
+    import devbuf
+    obj = c.obj
+    # Extended fields must stay untouched without PyBUF_DEVICE (a canary request).
+    ext = _ExtBuffer()
+    ext.flags = ext.ext_flags = _SENTINEL
+    ext.device = ext.device_info = _SENTINEL
+    try:
+        C._api.PyObject_GetBuffer(obj, ctypes.byref(ext.view), C.PyBUF_RECORDS_RO)
+    except Exception:  # noqa: BLE001 - a refusal writes nothing
+        plain_ok = False
+    else:
+        plain_ok = True
+        C._api.PyBuffer_Release(ctypes.byref(ext.view))
+        if (ext.flags, ext.ext_flags, ext.device, ext.device_info) != (
+                _SENTINEL, _SENTINEL, _SENTINEL, _SENTINEL):
+            c.fail(DX_UNASKED, "a request without PyBUF_DEVICE wrote the extended fields "
+                   "(flags, ext_flags, device, device_info) past the Py_buffer")
+        else:
+            c.ok(DX_UNASKED)
+    try:
+        advertised = devbuf.check_buffer_supports(obj, devbuf.PyBUF_DEVICE)
+    except Exception:  # noqa: BLE001
+        advertised = False
+    if not advertised:
+        c.skip(DX_ADVERTISED, "does not advertise PyBUF_DEVICE")
+        c.skip(DX_PLAIN, "does not advertise PyBUF_DEVICE")
+        return
+    try:
+        v = devbuf.view(obj)
+    except Exception as e:  # noqa: BLE001
+        c.fail(DX_ADVERTISED, f"advertises PyBUF_DEVICE, but devbuf.view(obj) (a PyBUF_DEVICE "
+               f"request) raised {type(e).__name__}: {e}", ["import devbuf; devbuf.view(obj)"])
+        return
+    with v:
+        try:
+            host = not v.is_device or v.host_accessible
+        except devbuf.Error:  # an identifier no plugin knows: the host must not read it
+            host = False
+        c.device_memory = not host
+        if not host:
+            if plain_ok:
+                c.fail(DX_PLAIN, f"memory on {v.identifier}, which the host cannot read, was "
+                       "answered to a plain request", ["memoryview(obj)  # should raise"])
+            else:
+                c.ok(DX_PLAIN)
+        plain, _ = _ask(obj, C.PyBUF_FULL_RO, gather=False)
+        if host and plain is not None:
+            same = (v.shape == plain.shape and v.itemsize == plain.itemsize and
+                    (plain.strides is None or v.strides == plain.strides))
+            if not same:
+                c.fail(DX_ADVERTISED, f"the PyBUF_DEVICE answer (shape {v.shape}, strides "
+                       f"{v.strides}) differs from the plain one (shape {plain.shape}, "
+                       f"strides {plain.strides})")
+                return
+        c.ok(DX_ADVERTISED)
+
+
+# ---- the driver ---------------------------------------------------------------------------------
+
+def _default_source(factory):
+    mod = getattr(factory, "__module__", None) or "mymodule"
+    name = getattr(factory, "__qualname__", None) or getattr(factory, "__name__", "factory")
+
+    def source(spec):
+        if "<" in name:  # a lambda or a local function: name it, it cannot be imported
+            return (f"from devbuf.check import ArraySpec\n"
+                    f"obj = factory({spec})  # factory: {name} in {mod}")
+        return (f"from devbuf.check import ArraySpec\nfrom {mod} import {name.split('.')[0]}\n"
+                f"obj = {name}({spec})")
+    return source
+
+
+def producer(factory, *, cases=None, dtypes=None, name=None, source=None, read=None,
+             checks=("buffer", "dlpack", "cai", "arrow", "pickle", "device")):
+    """Run every producer check on the objects `factory(spec)` makes.
+
+    factory(spec: ArraySpec) returns the object to check, or None (or raises
+    NotImplementedError) for a spec it cannot make. `cases` (ArraySpecs)
+    default to `default_cases(dtypes)`. `source(spec)` returns Python code that
+    makes `obj` for the reproducers; `read(obj)` a NumPy array of an object's
+    values (for pickle round trips; default: DLPack, then the buffer protocol).
+    Returns a Report.
+    """
+    cases = list(cases) if cases is not None else default_cases(dtypes)
+    source = source or getattr(factory, "source", None) or _default_source(factory)
+    read = read or getattr(factory, "read", None) or to_numpy
+    rep = Report(name or getattr(factory, "__name__", repr(factory)), "producer",
+                 PRODUCER_RULES)
+    made = unsupported = 0
+    errors = {}
+    for spec in cases:
+        try:
+            obj = factory(spec)
+        except NotImplementedError:
+            obj = None
+        except Exception as e:  # noqa: BLE001 - the factory's failure is not the library's
+            errors.setdefault(f"{type(e).__name__}: {e}"[:160], []).append(str(spec))
+            continue
+        if obj is None:
+            unsupported += 1
+            continue
+        made += 1
+        c = _Ctx(rep, spec, obj, source)
+        if "device" in checks:  # first: it finds out whether the host may read obj
+            check_device(c)
+        if "buffer" in checks:
+            check_buffer(c)
+        if "dlpack" in checks:
+            check_dlpack(c)
+        if "cai" in checks:
+            check_cai(c)
+        if "arrow" in checks:
+            check_arrow(c)
+        if "pickle" in checks:
+            check_pickle(c, read)
+        del obj, c
+    rep.notes.append(f"{made} arrays made, {unsupported} specs not offered by the factory")
+    for msg, specs in errors.items():
+        rep.notes.append(f"factory raised {msg} for {len(specs)} specs, e.g. {specs[0]}")
+    return rep
+
+
+__all__ = ["ArraySpec", "PRODUCER_RULES", "format_sizes", "producer", "to_numpy"]

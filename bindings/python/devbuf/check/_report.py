@@ -1,0 +1,174 @@
+"""Rules (what must hold, and where the spec says so) and the report the kit
+returns: one result per rule, pass, fail or skip, with the first failing
+case's reason and a minimal reproducer."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+# Where each protocol is specified (the seeds are in devbuf's shared/seeds).
+SPECS = {
+    "buffer": "CPython C API, Buffer Protocol (docs.python.org/3/c-api/buffer.html), and "
+              "Lib/test/test_buffer.py",
+    "struct": "CPython struct module, Format Strings; NumPy _dtype_from_pep3118 (PEP 3118)",
+    "device": "draft PEP: buffer protocol device extension (pep-draft-buffer-device-extension.md)",
+    "dtypes": "draft PEP: custom dtypes in buffer formats (pep-draft-buffer-custom-dtypes.md)",
+    "dlpack": "DLPack Python specification (dlpack-python-spec.rst) and array API standard "
+              "__dlpack__ / from_dlpack (v2023+)",
+    "cai": "CUDA Array Interface, version 3 (numba.readthedocs.io, cuda_array_interface)",
+    "arrow": "Arrow C data interface, C device data interface and PyCapsule interface "
+             "(arrow.apache.org/docs/format)",
+    "pickle": "PEP 574: pickle protocol 5 with out-of-band data (pep-574-pickle5-out-of-band.rst)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    role: str  # "producer" or "consumer"
+    spec: str  # key of SPECS
+    section: str  # the section or sentence cited
+    text: str  # what must hold
+
+    @property
+    def citation(self):
+        return f"{SPECS[self.spec]}: {self.section}"
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(id, role, spec, section, text):
+    if id in RULES:
+        raise ValueError(f"rule {id} defined twice")
+    RULES[id] = Rule(id, role, spec, section, text)
+    return id
+
+
+def _kind(reason):
+    """A failure's kind: its reason without request names, numbers and quoted
+    values, so that 'also:' lines show different problems, not the same one
+    at other sizes."""
+    return re.sub(r"PyBUF_[A-Z_|]+|\d+|'[^']*'|\([^)]*\)", "#", reason)
+
+
+@dataclasses.dataclass
+class Result:
+    rule: Rule
+    status: str = SKIP
+    reason: str = "no case applied"
+    case: str | None = None
+    reproducer: str | None = None
+    passed: int = 0
+    failed: int = 0
+    others: list = dataclasses.field(default_factory=list)  # other distinct (reason, case)
+
+    def as_dict(self):
+        return {"rule": self.rule.id, "role": self.rule.role, "status": self.status,
+                "citation": self.rule.citation, "text": self.rule.text, "reason": self.reason,
+                "case": self.case, "reproducer": self.reproducer, "passed": self.passed,
+                "failed": self.failed,
+                "others": [{"reason": r, "case": c} for r, c in self.others]}
+
+
+class Report:
+    """The kit's answer: `results` (one per rule, in rule order), `failures`,
+    `ok` (nothing failed), `as_dict()`/`to_json()`, `format()` (human)."""
+
+    def __init__(self, target, role, rules):
+        self.target = target
+        self.role = role
+        self.results = {r.id: Result(r) for r in rules}
+        self.notes = []
+
+    # -- recording ---------------------------------------------------------------
+    def passed(self, rule_id, case=None):
+        r = self.results[rule_id]
+        r.passed += 1
+        if r.status == SKIP:
+            r.status, r.reason, r.case = PASS, "", None
+
+    def failed(self, rule_id, reason, case=None, reproducer=None):
+        r = self.results[rule_id]
+        r.failed += 1
+        if r.status != FAIL:  # the first failure is the one reported
+            r.status, r.reason, r.case, r.reproducer = FAIL, reason, case, reproducer
+        elif len(r.others) < 3 and all(_kind(reason) != _kind(o)
+                                       for o, _ in r.others + [(r.reason, None)]):
+            r.others.append((reason, case))  # and a few failures of another kind
+
+    def skipped(self, rule_id, reason):
+        r = self.results[rule_id]
+        if r.status == SKIP and r.reason == "no case applied":
+            r.reason = reason
+
+    def merge(self, other):
+        for rid, res in other.results.items():
+            mine = self.results.get(rid)
+            if mine is None:
+                self.results[rid] = res
+                continue
+            if res.status == FAIL and mine.status != FAIL:
+                mine.status, mine.reason, mine.case, mine.reproducer = (
+                    FAIL, res.reason, res.case, res.reproducer)
+            elif res.status == PASS and mine.status == SKIP:
+                mine.status, mine.reason = PASS, ""
+            mine.passed += res.passed
+            mine.failed += res.failed
+        self.notes += other.notes
+        return self
+
+    # -- reading -----------------------------------------------------------------
+    @property
+    def failures(self):
+        return [r for r in self.results.values() if r.status == FAIL]
+
+    @property
+    def ok(self):
+        return not self.failures
+
+    def status(self, rule_id):
+        return self.results[rule_id].status
+
+    def counts(self):
+        c = {PASS: 0, FAIL: 0, SKIP: 0}
+        for r in self.results.values():
+            c[r.status] += 1
+        return c
+
+    def as_dict(self):
+        return {"target": self.target, "role": self.role, "ok": self.ok, "counts": self.counts(),
+                "notes": self.notes, "results": [r.as_dict() for r in self.results.values()]}
+
+    def to_json(self, **kw):
+        return json.dumps(self.as_dict(), **kw)
+
+    def format(self, verbose=False):
+        lines = [f"# devbuf.check {self.role}: {self.target}"]
+        lines += [f"# note: {n}" for n in self.notes]
+        for r in self.results.values():
+            if r.status == PASS:
+                lines.append(f"PASS {r.rule.id} ({r.passed} cases)")
+            elif r.status == SKIP:
+                lines.append(f"SKIP {r.rule.id}: {r.reason}")
+            else:
+                lines.append(f"FAIL {r.rule.id}: {r.reason}")
+                lines.append(f"     rule: {r.rule.text}")
+                lines.append(f"     spec: {r.rule.citation}")
+                if r.case:
+                    lines.append(f"     case: {r.case} ({r.failed} failing, {r.passed} passing)")
+                for o_reason, o_case in r.others:
+                    lines.append(f"     also: {o_reason} [{o_case}]")
+                if r.reproducer:
+                    lines.append("     reproducer:")
+                    lines += ["       " + x for x in r.reproducer.splitlines()]
+            if verbose and r.status != FAIL:
+                lines.append(f"     rule: {r.rule.text}")
+        c = self.counts()
+        lines.append(f"{c[PASS]} passed, {c[FAIL]} failed, {c[SKIP]} skipped")
+        return "\n".join(lines)
+
+    __str__ = format

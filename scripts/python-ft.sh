@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# python-ft.sh: free-threaded CPython 3.13 from Debian's source, and devbuf's
+# suite on it with the GIL off (issue 29).
+#
+#   scripts/python-ft.sh            fetch (once), build (cached), test
+#   FT_TSAN=1 scripts/python-ft.sh  also build a ThreadSanitizer interpreter
+#                                   and run the stress suite on it with devbuf
+#                                   built with -fsanitize=thread
+#   FT_BENCH=1 scripts/python-ft.sh also build the default (GIL) interpreter of
+#                                   the same source and run
+#                                   benchmarks/freethreading/bench_ft.py on both
+#   FT_STEPS="build"                only some steps: build venv devbuf tests tsan bench
+#   FT_JOBS=2                       make -j (default: nproc)
+#
+# Source: `apt-get source python3.13` from Debian trixie (3.13.15-1 here)
+# through a PRIVATE apt configuration under build-ft/apt/ (one deb-src line,
+# own lists): the machine's apt sources are never touched.  3.14/3.15 are
+# listed by sid/forky but their files are not served to these machines, so
+# nothing here asks for them.
+#
+# Everything lives under build-ft/ (git-ignored, kept between runs):
+#   src/python3.13-*/     the unpacked source (Debian's patches applied)
+#   tree-t/, prefix-t/    the --disable-gil build and its `make altinstall`
+#   venv-t/               a venv with numpy's cp313t wheel, pytest, hypothesis
+#                         (requirements-ft.txt), installed by the project's
+#                         .venv pip through `pip --python` (the interpreter
+#                         needs no ssl of its own)
+#   build-t/              devbuf built against venv-t, -Werror
+#   tree-tsan/, prefix-tsan/, venv-tsan/, build-tsan-py/   with FT_TSAN=1
+# Each interpreter is rebuilt only when its stamp (configure flags) changes.
+#
+# The suite runs with PYTHON_GIL=0 *and* checks that importing devbuf leaves
+# the GIL off by itself (no module may re-enable it); every RuntimeWarning is
+# an error.  Last line, always: "python-ft: N passed, M failed".
+set -u
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${FT_DIR:-$ROOT/build-ft}"
+JOBS="${FT_JOBS:-$(nproc)}"
+STEPS="${FT_STEPS:-build venv devbuf tests}"
+[ "${FT_TSAN:-0}" = 1 ] && STEPS="$STEPS tsan"
+[ "${FT_BENCH:-0}" = 1 ] && STEPS="$STEPS bench"
+HOSTPY="$ROOT/.venv/bin/python"
+FT_PIP=25.0.1  # bootstraps the 3.13t venv (see make_venv)
+COMMON_FLAGS=(--without-ensurepip --with-system-expat)
+CONFIGURE_FLAGS=(--disable-gil "${COMMON_FLAGS[@]}")
+# TSan: as CPython's own CI (Tools/tsan/): no mimalloc under TSan is not
+# needed on 3.13t, but pymalloc-free builds keep reports readable.
+TSAN_FLAGS=(--with-thread-sanitizer)
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
+finish() { echo "python-ft: $PASSED passed, $FAILED failed"; exit $((FAILED > 0)); }
+has_step() { [[ " $STEPS " == *" $1 "* ]]; }
+mkdir -p "$OUT"
+
+# shellcheck source=scripts/debian-source.sh
+. "$ROOT/scripts/debian-source.sh"
+fetch_source() { debian_source python3.13 trixie "$OUT"; }
+
+# The interpreter of variant $1 (t, tsan: free-threaded; d: the default build).
+interp_of() { if [ "$1" = d ]; then echo "$OUT/prefix-d/bin/python3.13"; else echo "$OUT/prefix-$1/bin/python3.13t"; fi; }
+
+# $1 = t | tsan | d: configure, make, make altinstall into prefix-$1.
+build_interp() {
+  local v="$1" src tree prefix stamp want flags
+  src="$(ls -d "$OUT"/src/python3.13-*/ | head -1)"
+  tree="$OUT/tree-$v" prefix="$OUT/prefix-$v" stamp="$OUT/prefix-$v/.devbuf-stamp"
+  flags=("${CONFIGURE_FLAGS[@]}")
+  [ "$v" = tsan ] && flags+=("${TSAN_FLAGS[@]}")
+  [ "$v" = d ] && flags=("${COMMON_FLAGS[@]}")
+  want="$(printf '%s ' "${flags[@]}" "$src" | sha256sum | cut -c1-16)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$(interp_of "$v")" ]; then
+    echo "== $v: cached ($want)"; return 0
+  fi
+  echo "== $v: configure ${flags[*]} && make -j$JOBS && make altinstall"
+  rm -rf "$tree" "$prefix"
+  cp -a "$src" "$tree"
+  # Debian's security backports make pyexpat include internal headers;
+  # build it as a core module, as cpython-reference.sh does for 3.11.
+  printf '*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat\n' >"$tree/Modules/Setup.local"
+  local cc=()
+  # LDFLAGS too: configure adds -fsanitize=thread to the compile flags only ...
+  [ "$v" = tsan ] && cc=(CC=clang CXX=clang++ LDFLAGS=-fsanitize=thread)
+  (cd "$tree" && env "${cc[@]}" ./configure --prefix="$prefix" "${flags[@]}" >config.devbuf.log 2>&1) ||
+    { tail -30 "$tree/config.devbuf.log"; return 1; }
+  # ... and make gets them as well: Debian's Makefile takes LDFLAGS from the
+  # environment of make, not from configure's.
+  (cd "$tree" && env "${cc[@]}" make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
+  (cd "$tree" && env "${cc[@]}" make altinstall >install.devbuf.log 2>&1) || { tail -40 "$tree/install.devbuf.log"; return 1; }
+  echo "$want" >"$stamp"
+}
+
+# $1 = t | tsan: a venv over prefix-$1 with requirements-ft.txt.
+make_venv() {
+  local v="$1" venv="$OUT/venv-$1" py want
+  py="$(interp_of "$v")"
+  want="$( (cat "$ROOT/requirements-ft.txt"; readlink -f "$py"; cat "$OUT/prefix-$v/.devbuf-stamp") | sha256sum | cut -c1-16)"
+  if [ "$(cat "$venv/.devbuf-stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
+  rm -rf "$venv"
+  "$py" -m venv --without-pip "$venv" || return 1
+  # Debian's site.py looks in lib/python3.13/site-packages of a venv, while
+  # sysconfig (pip) installs into lib/python3.13t/: make them one folder.
+  [ "$v" = d ] || [ -e "$venv/lib/python3.13" ] || ln -s python3.13t "$venv/lib/python3.13"
+  # Debian's source ships no bundled pip wheel for ensurepip, and the
+  # project's pip (23.0) cannot run on 3.13: fetch a newer pip wheel with it
+  # and bootstrap from that wheel; then wheels only, never a source build.
+  mkdir -p "$OUT/wheels"
+  "$HOSTPY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$OUT/wheels" "pip==$FT_PIP" >"$OUT/pip-$v.log" 2>&1 || { tail -20 "$OUT/pip-$v.log"; return 1; }
+  local whl
+  whl="$(ls "$OUT"/wheels/pip-"$FT_PIP"-*.whl | head -1)"
+  "$venv/bin/python" "$whl/pip" install -q --disable-pip-version-check --no-index "$whl" \
+    >>"$OUT/pip-$v.log" 2>&1 || { tail -20 "$OUT/pip-$v.log"; return 1; }
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary=:all: \
+    -r "$ROOT/requirements-ft.txt" >>"$OUT/pip-$v.log" 2>&1 || { tail -20 "$OUT/pip-$v.log"; return 1; }
+  echo "$want" >"$venv/.devbuf-stamp"
+}
+
+# $1 = venv dir, $2 = build dir, then extra cmake flags.
+build_devbuf() {
+  local venv="$1" build="$2"; shift 2
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_WERROR=ON \
+      -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$venv/bin/python" \
+      "$@" >"$build.cmake.log" 2>&1 || { tail -30 "$build.cmake.log"; return 1; }
+  fi
+  cmake --build "$build" -j"$JOBS" --target devbuf_python devbuf_pyplugin devbuf_consumer \
+    devbuf_capi_consumer devbuf_broken >"$build.log" 2>&1 || { grep -E 'error|warning' "$build.log" | head -30; tail -20 "$build.log"; return 1; }
+}
+
+T0=$(date +%s)
+if has_step build; then
+  if fetch_source; then pass "fetch python3.13 source (trixie, private apt config)"; else fail "fetch python3.13 source"; finish; fi
+  t=$(date +%s)
+  if build_interp t; then pass "build CPython 3.13t --disable-gil ($(( $(date +%s) - t ))s)"; else fail "build CPython 3.13t"; finish; fi
+fi
+PYT="$OUT/venv-t/bin/python"
+if has_step venv; then
+  if make_venv t; then
+    pass "venv-t: $("$PYT" -c 'import sys,numpy; print(sys.version.split()[0], "free-threaded" if sys._is_gil_enabled.__self__ and not sys._is_gil_enabled() else "GIL", "numpy", numpy.__version__)' 2>&1)"
+  else fail "venv-t (requirements-ft.txt)"; finish; fi
+fi
+if has_step devbuf; then
+  t=$(date +%s)
+  if build_devbuf "$OUT/venv-t" "$OUT/build-t"; then pass "build devbuf for 3.13t ($(( $(date +%s) - t ))s)"; else fail "build devbuf for 3.13t"; finish; fi
+fi
+if has_step tests; then
+  # The GIL must stay off by itself: no PYTHON_GIL here, warnings are errors.
+  if env -u PYTHON_GIL PYTHONPATH="$OUT/build-t/python:$OUT/build-t/python_tests" "$PYT" -W error -c '
+import sys, devbuf, devbuf._devbuf
+import devbuf_consumer, devbuf_capi_consumer, devbuf_broken, devbuf.check
+mods = [m for m in sys.modules if m.startswith("devbuf")]
+assert not sys._is_gil_enabled(), "the GIL was enabled by importing " + ", ".join(mods)
+print("imported", len(mods), "devbuf modules; GIL still off")
+' 2>&1; then pass "import devbuf leaves the GIL off"; else fail "import devbuf leaves the GIL off"; fi
+  # The whole suite, GIL forced off (PYTHON_GIL=0 also guards against a
+  # module re-enabling it halfway through).
+  if PYTHON_GIL=0 DEVBUF_BUILD_DIR="$OUT/build-t" PYTHONPATH="$OUT/build-t/python" \
+      "$PYT" -m pytest -q -rfE -p no:cacheprovider tests/python \
+      --ignore-glob='*/test_thirdparty_*' >"$OUT/pytest-t.log" 2>&1; then
+    pass "pytest tests/python on 3.13t, GIL off: $(tail -1 "$OUT/pytest-t.log" | tr -d =)"
+  else
+    tail -60 "$OUT/pytest-t.log"; fail "pytest tests/python on 3.13t, GIL off (see $OUT/pytest-t.log)"
+  fi
+  # The stress suite again, with its 20-round ledger scenario at full length.
+  if PYTHON_GIL=0 DEVBUF_STRESS_ROUNDS="${DEVBUF_STRESS_ROUNDS:-20}" DEVBUF_BUILD_DIR="$OUT/build-t" \
+      PYTHONPATH="$OUT/build-t/python" "$PYT" -m pytest -q -rfE -p no:cacheprovider \
+      tests/python/test_freethreading.py >"$OUT/stress-t.log" 2>&1; then
+    pass "stress suite on 3.13t: $(tail -1 "$OUT/stress-t.log" | tr -d =)"
+  else
+    tail -60 "$OUT/stress-t.log"; fail "stress suite on 3.13t (see $OUT/stress-t.log)"
+  fi
+fi
+if has_step tsan; then
+  t=$(date +%s)
+  if build_interp tsan && make_venv tsan; then
+    pass "build CPython 3.13t with ThreadSanitizer ($(( $(date +%s) - t ))s)"
+    if build_devbuf "$OUT/venv-tsan" "$OUT/build-tsan-py" -DDEVBUF_SANITIZE=thread \
+        -DCMAKE_C_COMPILER=clang -DDEVBUF_WERROR=OFF; then
+      pass "build devbuf -fsanitize=thread for the TSan interpreter"
+      log="$OUT/stress-tsan.log"
+      if PYTHON_GIL=0 TSAN_OPTIONS="halt_on_error=0 exitcode=66 suppressions=$ROOT/tests/python/tsan-ft.supp" \
+          DEVBUF_STRESS_ROUNDS="${DEVBUF_STRESS_ROUNDS_TSAN:-2}" DEVBUF_BUILD_DIR="$OUT/build-tsan-py" \
+          PYTHONPATH="$OUT/build-tsan-py/python" "$OUT/venv-tsan/bin/python" -m pytest -q -p no:cacheprovider \
+          tests/python/test_freethreading.py >"$log" 2>&1 && ! grep -q 'WARNING: ThreadSanitizer' "$log"; then
+        pass "stress suite under ThreadSanitizer: 0 reports ($(tail -1 "$log" | tr -d =))"
+      else
+        grep -A30 -m3 'WARNING: ThreadSanitizer' "$log" | head -90; tail -5 "$log"
+        fail "stress suite under ThreadSanitizer ($(grep -c 'WARNING: ThreadSanitizer' "$log") reports, see $log)"
+      fi
+    else fail "build devbuf -fsanitize=thread"; fi
+  else fail "build CPython 3.13t with ThreadSanitizer (see $OUT/tree-tsan/*.devbuf.log)"; fi
+fi
+if has_step bench; then
+  t=$(date +%s)
+  if build_interp d && make_venv d && build_devbuf "$OUT/venv-d" "$OUT/build-d"; then
+    pass "build CPython 3.13 (default, same source) and devbuf for it ($(( $(date +%s) - t ))s)"
+    for v in d t; do
+      # PYTHON_GIL=0 only where it means something (the default build refuses it).
+      gil=(); [ "$v" = t ] && gil=(PYTHON_GIL=0)
+      env "${gil[@]}" PYTHONPATH="$OUT/build-$v/python:$OUT/build-$v/python_tests" \
+        "$OUT/venv-$v/bin/python" "$ROOT/benchmarks/freethreading/bench_ft.py" --json >"$OUT/bench-$v.json" ||
+        { fail "bench_ft.py on $v"; finish; }
+    done
+    if "$HOSTPY" "$ROOT/benchmarks/freethreading/ft_table.py" "$OUT/bench-d.json" "$OUT/bench-t.json" |
+        tee "$OUT/bench.md"; then
+      pass "benchmarks (table in $OUT/bench.md)"
+    else fail "benchmark table"; fi
+  else fail "build CPython 3.13 (default) for the benchmarks"; fi
+fi
+echo "total: $(( $(date +%s) - T0 ))s"
+finish
