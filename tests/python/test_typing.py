@@ -93,8 +93,13 @@ def test_mypy_catches_misuse(mypy_cache, tmp_path):
 
 def test_stubtest_against_the_built_extension(mypy_cache, tmp_path):
     env, _ = _mypy_env(mypy_cache)
-    argv = [sys.executable, "-m", "mypy.stubtest", "devbuf", "--mypy-config-file", os.devnull]
+    # devbuf.check (the conformance kit) is not typed yet: its mypy errors are
+    # ignored and its members left out (tests/typing/stubtest-*); the rest is checked.
+    typing_dir = REPO / "tests" / "typing"
+    argv = [sys.executable, "-m", "mypy.stubtest", "devbuf",
+            "--mypy-config-file", str(typing_dir / "stubtest-mypy.ini"),
+            "--allowlist", str(typing_dir / "stubtest-allowlist.txt")]
     if sys.version_info < (3, 12):
-        argv += ["--allowlist", str(REPO / "tests" / "typing" / "stubtest-allowlist-pre312.txt")]
+        argv += ["--allowlist", str(typing_dir / "stubtest-allowlist-pre312.txt")]
     r = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

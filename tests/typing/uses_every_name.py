@@ -34,6 +34,9 @@ def buffers() -> Tuple[int, str]:
         fmt: devbuf.Format = v.dtype
         host: devbuf.DeviceBuffer = v.to_host()
         data = bytes(memoryview(host))
+        as_numpy = devbuf.to_numpy(host)
+        assert as_numpy.nbytes == 16
+        del as_numpy
     assert data == bytes(range(16)) and view.released and shape == (16,) and fmt.itemsize == 1
     copied: devbuf.DeviceBuffer = buf.copy_to("cpu")
     total = buf.nbytes + copied.nbytes + empty.nbytes + len(props)
@@ -116,7 +119,7 @@ def python_plugins() -> int:
     P.register_dtype_namespace("typed_fn", lambda payload: None)
     P.unregister_dtype_namespace("typed_fn")
     exts: List[P.ExtFunction] = P.ext_functions("cpu")
-    funcs = (P.register_plugin, P.unregister, P.call_ext, P.run_conformance)
+    funcs = (P.register_plugin, P.unregister, P.call_ext, P.run_conformance, P.run_dtype_conformance)
     slots: Tuple[Tuple[str, str], ...] = P.SLOTS
     names: Tuple[str, ...] = P.MANDATORY_SLOTS + P.OPTIONAL_SLOTS
     return (len(errors) + len(kinds) + len(regs) + len(sig) + int(addr != 0) + len(exts)
