@@ -37,8 +37,10 @@
 #                instead of --no-build-isolation with the pinned backend
 # Needs the package index (or a pip cache / PIP_FIND_LINKS) for
 # scikit-build-core and, for step 5, the test requirements.
-# Takes about 3 minutes on 2 cores (two full wheel builds); registered in
-# ctest with -DDEVBUF_TEST_PIP_INSTALL=ON, the default (label "slow").
+# Steps 1-4b take about 3 minutes on a loaded 2-core machine (two full wheel
+# builds of about 1 minute each, measured 13:10 UTC 2026-11-27), then step 5
+# runs the whole suite; registered in ctest with -DDEVBUF_TEST_PIP_INSTALL=ON,
+# the default (label "slow").
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
