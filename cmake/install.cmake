@@ -27,10 +27,21 @@ file(STRINGS ${CMAKE_SOURCE_DIR}/core/include/devbuf/plugin.h _abi
 string(REGEX REPLACE ".* ([0-9]+).*" "\\1" DEVBUF_ABI_MAJOR_VALUE "${_abi}")
 
 # ---- the runtime ----------------------------------------------------------
-install(TARGETS devbuf EXPORT devbufTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
+if(DEVBUF_WHEEL)
+  # One file, libdevbuf.so.<major> (core/CMakeLists.txt): no libdevbuf.so
+  # link, which a zip would store as a second full copy. The CMake package
+  # names the file itself, and devbuf.pc links it by path (below).
+  install(TARGETS devbuf EXPORT devbufTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_SKIP
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  set(DEVBUF_PC_LIBS "\${libdir}/libdevbuf.so.${PROJECT_VERSION_MAJOR}")
+else()
+  install(TARGETS devbuf EXPORT devbufTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
+  set(DEVBUF_PC_LIBS "-L\${libdir} -ldevbuf")
+endif()
 
 # ---- public headers: whole directories, so headers added later are picked
 # up without touching this file.
@@ -113,9 +124,13 @@ function(_devbuf_set_tool_rpath dir)
   get_property(_targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(_t ${_targets})
     get_target_property(_type ${_t} TYPE)
-    get_target_property(_rpath ${_t} INSTALL_RPATH)
-    if(_type STREQUAL "EXECUTABLE" AND NOT _rpath)
-      set_target_properties(${_t} PROPERTIES INSTALL_RPATH "$ORIGIN/${DEVBUF_BIN_TO_LIB}")
+    # Type first: CMake 3.18 refuses INSTALL_RPATH queries on INTERFACE
+    # libraries (3.19 allows them), and 3.18 is the minimum (bullseye's).
+    if(_type STREQUAL "EXECUTABLE")
+      get_target_property(_rpath ${_t} INSTALL_RPATH)
+      if(NOT _rpath)
+        set_target_properties(${_t} PROPERTIES INSTALL_RPATH "$ORIGIN/${DEVBUF_BIN_TO_LIB}")
+      endif()
     endif()
   endforeach()
   get_property(_subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
@@ -128,4 +143,19 @@ _devbuf_set_tool_rpath(${CMAKE_SOURCE_DIR})
 # ---- Python extension (when the bindings are built): see python-install.cmake.
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/python-install.cmake)
   include(${CMAKE_CURRENT_LIST_DIR}/python-install.cmake)
+endif()
+
+# ---- release wheels: strip what was installed, keeping the debug info in
+# <build>/debug/.build-id/xx/yyyy.debug (gdb's layout: point
+# `set debug-file-directory` at <build>/debug). Last, so that it sees every
+# installed binary (install rules run in order, CMP0082).
+if(DEVBUF_WHEEL)
+  find_program(DEVBUF_OBJCOPY NAMES objcopy REQUIRED)
+  find_program(DEVBUF_READELF NAMES readelf REQUIRED)
+  set(DEVBUF_DEBUG_DIR ${CMAKE_BINARY_DIR}/debug CACHE PATH
+    "Where a DEVBUF_WHEEL install puts the split debug files")
+  install(CODE "set(DEVBUF_OBJCOPY \"${DEVBUF_OBJCOPY}\")
+set(DEVBUF_READELF \"${DEVBUF_READELF}\")
+set(DEVBUF_DEBUG_DIR \"${DEVBUF_DEBUG_DIR}\")
+include(\"${CMAKE_CURRENT_LIST_DIR}/split-debug.cmake\")")
 endif()

@@ -90,7 +90,11 @@ foreach(_cand ${_devbuf_py_src}/devbuf ${_devbuf_py_src}/src/devbuf ${_devbuf_py
     break()
   endif()
 endforeach()
-if(_devbuf_py_pkg_src)
+if(SKBUILD)
+  # pip: scikit-build-core takes the .py/.pyi/.pxd files from the source
+  # folder itself (wheel.packages in pyproject.toml), which is what lets an
+  # editable install (`pip install -e .`) map them to the checkout.
+elseif(_devbuf_py_pkg_src)
   install(DIRECTORY ${_devbuf_py_pkg_src}/ DESTINATION ${_devbuf_pkg} COMPONENT python
     FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed" PATTERN "*.pxd"
     PATTERN "__pycache__" EXCLUDE)

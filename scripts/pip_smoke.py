@@ -20,8 +20,12 @@ def fail(msg):
 
 def main(argv):
     identifiers = argv or ["cpu", "devbuf.sim"]
-    pkg = os.path.dirname(os.path.abspath(devbuf.__file__))
-    print("devbuf %s from %s" % (devbuf.__version__, pkg))
+    # The installed files (extensions, lib/, include/) sit beside the
+    # extension; in an editable install the .py files stay in the checkout.
+    pkg = os.path.dirname(os.path.abspath(devbuf._devbuf.__file__))
+    py = os.path.dirname(os.path.abspath(devbuf.__file__))
+    print("devbuf %s from %s%s" % (devbuf.__version__, pkg,
+                                   "" if py == pkg else " (Python files from %s)" % py))
 
     # Every extension module it installed imports: `import devbuf` alone
     # loads only _devbuf, and a C API the interpreter lacks shows up only as

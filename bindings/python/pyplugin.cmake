@@ -6,8 +6,25 @@
 # Included at the end of bindings/python/CMakeLists.txt, so it sees
 # DEVBUF_PYTHON_PACKAGE_DIR and the Python3 package, and its target is
 # installed by cmake/python-install.cmake like the other extensions.
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(DEVBUF_LIBFFI REQUIRED IMPORTED_TARGET libffi)
+# Both are build dependencies of the sdist (docs/install.md): say so, and how
+# to build without them, rather than CMake's bare "not found".
+find_package(PkgConfig)
+if(PkgConfig_FOUND)
+  pkg_check_modules(DEVBUF_LIBFFI IMPORTED_TARGET libffi)
+endif()
+if(NOT PkgConfig_FOUND OR NOT DEVBUF_LIBFFI_FOUND)
+  if(PkgConfig_FOUND)
+    set(_pp_why "pkg-config (${PKG_CONFIG_EXECUTABLE}) knows no libffi")
+  else()
+    set(_pp_why "pkg-config is not installed")
+  endif()
+  message(FATAL_ERROR "devbuf._pyplugin (plugins written in Python) needs libffi's headers, "
+    "found through pkg-config, and ${_pp_why}. "
+    "Install them (Debian/Ubuntu: apt-get install pkg-config libffi-dev; Fedora: dnf install "
+    "pkgconf libffi-devel), or build without that module: "
+    "-DDEVBUF_WITH_PYPLUGIN=OFF (pip: --config-settings=cmake.define.DEVBUF_WITH_PYPLUGIN=OFF). "
+    "See docs/install.md.")
+endif()
 
 set(_pp_dir ${CMAKE_CURRENT_LIST_DIR})
 if(NOT DEFINED DEVBUF_PYTHON_PACKAGE_DIR)

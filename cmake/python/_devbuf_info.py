@@ -4,7 +4,10 @@ The wheel keeps the real, native devbuf-info inside the package
 (devbuf/bin/devbuf-info, RPATH $ORIGIN/../lib) so that it always finds the
 libdevbuf and the plugins installed with it, whatever the install scheme.
 This launcher only replaces the Python process with it: arguments, exit
-status and signals are the tool's own. Installed by cmake/python-install.cmake.
+status and signals are the tool's own. It adds one thing: the plugins that
+Python packages declare in the ``devbuf.plugins`` entry-point group, found by
+``import devbuf``, passed as ``--plugin-from "entry point <dist> <ver>=PATH"``
+so that the tool loads and lists them with their origin. Installed by cmake/python-install.cmake.
 """
 import os
 import sys
@@ -22,7 +25,15 @@ def main():
         return 4
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(exe, ["devbuf-info"] + sys.argv[1:])
+    args = sys.argv[1:]
+    extra = []
+    if "format" not in args and "-h" not in args and "--help" not in args:
+        try:
+            from devbuf._plugins import _launcher_args
+            extra = _launcher_args()
+        except Exception as e:  # the tool itself must still run
+            sys.stderr.write("devbuf-info: plugin entry points not listed: %s\n" % e)
+    os.execv(exe, ["devbuf-info"] + extra + args)
     return 4  # not reached: execv raises on failure
 
 

@@ -99,6 +99,29 @@ int devbuf_plugin_load(const char *path, size_t *index, devbuf_error *err) {
   return devbuf__load_file(path, "explicit", index, err);
 }
 
+int devbuf_plugin_load_from(const char *path, const char *source, size_t *index,
+                            devbuf_error *err) {
+  static const char *const own[] = {"install", "build tree", "DEVBUF_PLUGINS",
+                                    "DEVBUF_PLUGIN_PATH", "registered", "explicit"};
+  size_t n = source ? strlen(source) : 0;
+  if (n == 0 || n > 200)
+    return devbuf_error_set(err, DEVBUF_EINVAL,
+                            "devbuf_plugin_load_from: the source label must be 1 to 200 bytes, "
+                            "got %zu", n);
+  for (size_t i = 0; i < n; i++)
+    if (source[i] < 0x20 || source[i] > 0x7e)
+      return devbuf_error_set(err, DEVBUF_EINVAL,
+                              "devbuf_plugin_load_from: the source label has a non-printable "
+                              "byte at offset %zu; use printable ASCII", i);
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (strcmp(source, own[i]) == 0)
+      return devbuf_error_set(err, DEVBUF_EINVAL,
+                              "devbuf_plugin_load_from: '%s' is a label the runtime gives its own "
+                              "discovery; choose another (e.g. \"entry point <package>\")", source);
+  devbuf_init(NULL);
+  return devbuf__load_file(path, source, index, err);
+}
+
 int devbuf_plugin_register(const devbuf_plugin_table *table, const char *origin, size_t *index,
                            devbuf_error *err) {
   devbuf_init(NULL);

@@ -450,8 +450,12 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
 
   int rc = devbuf_init(err);
   if (rc != DEVBUF_OK) return rc;
-  for (size_t i = 0; i < o->nextra; i++)
-    devbuf_plugin_load(o->extra_plugins[i], NULL, NULL); /* failures are recorded */
+  for (size_t i = 0; i < o->nextra; i++) { /* failures are recorded */
+    if (o->extra_sources && o->extra_sources[i])
+      devbuf_plugin_load_from(o->extra_plugins[i], o->extra_sources[i], NULL, NULL);
+    else
+      devbuf_plugin_load(o->extra_plugins[i], NULL, NULL);
+  }
 
   m->nsearch = devbuf_search_path_count();
   m->search = calloc(m->nsearch ? m->nsearch : 1, sizeof *m->search);

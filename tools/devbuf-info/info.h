@@ -76,7 +76,8 @@ typedef struct info_options {
   int list;
   int color;                   /* resolved: 1 to use ANSI colour */
   int width;                   /* output width in columns */
-  const char **extra_plugins;  /* --plugin, in order */
+  const char **extra_plugins;  /* --plugin and --plugin-from files, in order */
+  const char **extra_sources;  /* --plugin-from's LABEL for each, NULL for --plugin */
   size_t nextra;
 } info_options;
 

@@ -23,6 +23,10 @@ static const char usage_text[] =
     "  -v, --verbose         every path tried, full paths, every reason and detail\n"
     "      --json            machine-readable output, schema \"devbuf-info/1\"\n"
     "      --plugin PATH     also load the plugin file PATH (repeatable)\n"
+    "      --plugin-from LABEL=PATH\n"
+    "                        the same, recording LABEL as where it came from\n"
+    "                        (the Python launcher passes \"entry point <package>\n"
+    "                        <version>\" for each installed plugin package)\n"
     "      --isolate         probe each plugin's devices in a child process of its\n"
     "                        own, all at once, so a driver that crashes or hangs is\n"
     "                        reported, not fatal (the default)\n"
@@ -69,7 +73,7 @@ static int output_width(void) {
   return 80;
 }
 
-enum { OPT_JSON = 256, OPT_PLUGIN, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE, OPT_NO_PROBE,
+enum { OPT_JSON = 256, OPT_PLUGIN, OPT_PLUGIN_FROM, OPT_ISOLATE, OPT_TIMEOUT, OPT_COLOR, OPT_MODE, OPT_NO_PROBE,
        OPT_IN_PROCESS };
 
 /* A plugin that crashes inside devbuf-info (its entry symbol and init run
@@ -118,11 +122,12 @@ static void crash_hint(int on, int in_process) {
   }
 }
 
-static int info_main(int argc, char **argv, const char **extra) {
+static int info_main(int argc, char **argv, const char **extra, const char **sources) {
   static const struct option longopts[] = {
       {"list", no_argument, NULL, 'l'},        {"verbose", no_argument, NULL, 'v'},
       {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
       {"json", no_argument, NULL, OPT_JSON},   {"plugin", required_argument, NULL, OPT_PLUGIN},
+      {"plugin-from", required_argument, NULL, OPT_PLUGIN_FROM},
       {"isolate", no_argument, NULL, OPT_ISOLATE},
       {"in-process", no_argument, NULL, OPT_IN_PROCESS},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
@@ -138,6 +143,7 @@ static int info_main(int argc, char **argv, const char **extra) {
   const char *mode = NULL;
   int timeout_given = 0, isolate_given = 0, in_process = 0;
   o.extra_plugins = extra;
+  o.extra_sources = sources;
 
   opterr = 0; /* our own messages, with the exit code we document */
   int c;
@@ -160,6 +166,16 @@ static int info_main(int argc, char **argv, const char **extra) {
         if (optarg[0] == '\0') return usage_error("--plugin needs a file path%s", "");
         o.extra_plugins[o.nextra++] = optarg;
         break;
+      case OPT_PLUGIN_FROM: {
+        /* LABEL=PATH: split at the first '=' (labels never hold one). */
+        char *eq = strchr(optarg, '=');
+        if (eq == NULL || eq == optarg || eq[1] == '\0')
+          return usage_error("--plugin-from: '%s' is not LABEL=PATH", optarg);
+        *eq = '\0';
+        o.extra_sources[o.nextra] = optarg;
+        o.extra_plugins[o.nextra++] = eq + 1;
+        break;
+      }
       case OPT_ISOLATE: isolate_given = 1; break;
       case OPT_IN_PROCESS: in_process = 1; break;
       case OPT_NO_PROBE: o.no_probe = 1; break;
@@ -265,11 +281,15 @@ static int info_main(int argc, char **argv, const char **extra) {
 int main(int argc, char **argv) {
   /* --plugin arguments; at most one per argument. */
   const char **extra = calloc((size_t)argc + 1, sizeof *extra);
-  if (extra == NULL) {
+  const char **sources = calloc((size_t)argc + 1, sizeof *sources);
+  if (extra == NULL || sources == NULL) {
+    free(extra);
+    free(sources);
     fputs("devbuf-info: out of memory\n", stderr);
     return INFO_EXIT_INTERNAL;
   }
-  int rc = info_main(argc, argv, extra);
+  int rc = info_main(argc, argv, extra, sources);
   free(extra);
+  free(sources);
   return rc;
 }

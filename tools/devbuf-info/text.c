@@ -262,7 +262,8 @@ static void print_search(FILE *out, const info_model *m, const info_options *o) 
   }
   /* --plugin files are loaded after the search path, in the order given. */
   for (size_t i = 0; i < o->nextra; i++) {
-    int used = fprintf(out, "  +  %-*s ", sw, "--plugin");
+    const char *label = o->extra_sources && o->extra_sources[i] ? o->extra_sources[i] : "--plugin";
+    int used = fprintf(out, "  +  %-*s ", sw, label);
     info_wrap(out, o->extra_plugins[i], used, used + 2, o->width);
   }
 }
@@ -356,6 +357,15 @@ static void print_plugins(FILE *out, const info_model *m, const info_options *o)
     /* A loaded plugin can carry a remark too (e.g. a newer ABI minor). */
     if (p->pi.state == DEVBUF_PLUGIN_LOADED && p->pi.reason && p->pi.reason[0])
       note(out, "note", p->pi.reason, o->width);
+    /* A label the runtime did not give itself (the launcher's "entry point
+     * <package> <version>", from devbuf_plugin_load_from) is where the plugin
+     * came from and appears in no search path: always shown. */
+    static const char *const own_sources[] = {"install", "build tree", "DEVBUF_PLUGINS",
+                                              "DEVBUF_PLUGIN_PATH", "explicit", "registered"};
+    int own_source = 0;
+    for (size_t k = 0; k < sizeof own_sources / sizeof own_sources[0]; k++)
+      if (strcmp(INFO_STR(p->pi.source), own_sources[k]) == 0) own_source = 1;
+    if (!o->verbose && !own_source) note(out, "source", INFO_STR(p->pi.source), o->width);
     if (o->verbose) {
       note(out, "source", INFO_STR(p->pi.source), o->width);
       if (p->probe != INFO_PROBE_NOT_LOADED)

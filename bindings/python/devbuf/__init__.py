@@ -36,7 +36,14 @@ from ._devbuf import (
     view,
 )
 from ._format import Custom, DTypeDesc, Field, Format, parse_format
-from ._plugins import PluginInfo, load_plugin, plugins
+from ._plugins import (
+    ENTRY_POINT_GROUP,
+    EntryPointPlugin,
+    PluginInfo,
+    entry_point_plugins,
+    load_plugin,
+    plugins,
+)
 
 __version__ = _devbuf.__version__
 
@@ -58,6 +65,9 @@ __all__ = [
     "OutOfMemoryError",
     "PluginError",
     "PluginInfo",
+    "ENTRY_POINT_GROUP",
+    "EntryPointPlugin",
+    "entry_point_plugins",
     "Sync",
     "check_buffer_supports",
     "device",
@@ -100,3 +110,10 @@ from ._include import get_include  # noqa: E402
 from ._numpy import to_numpy  # noqa: E402
 
 __all__ += ["ArrowArray", "from_arrow", "get_include", "to_numpy"]
+
+# Plugins shipped as Python packages (the "devbuf.plugins" entry-point group),
+# last, once the package is whole: a plugin package may import devbuf.
+from ._plugins import discover_entry_points as _discover  # noqa: E402
+
+_discover()
+del _discover

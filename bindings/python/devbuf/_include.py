@@ -9,4 +9,9 @@ def get_include() -> str:
 
     For Cython: ``cimport devbuf`` needs this on the C include path (and the
     folder holding the devbuf package on Cython's, which sys.path gives)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+    # Beside the extension, not this file: in an editable install the .py
+    # files stay in the checkout while the extension and headers are in
+    # site-packages.
+    from . import _devbuf
+
+    return os.path.join(os.path.dirname(os.path.abspath(_devbuf.__file__)), "include")

@@ -1,6 +1,13 @@
 """devbuf.to_numpy(): host memory to NumPy for the dtypes NumPy's buffer reader refuses."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:  # numpy is imported only when to_numpy is called
+    from numpy.typing import NDArray
+
+    from ._devbuf import DeviceBuffer, DeviceView, ForeignArray
+
 
 class _Pinned:
     """Carries an __array_interface__ for NumPy and a memoryview export that
@@ -14,7 +21,7 @@ class _Pinned:
         self.__array_interface__ = interface
 
 
-def to_numpy(obj):
+def to_numpy(obj: "Union[DeviceBuffer, DeviceView, ForeignArray]") -> "NDArray[Any]":
     """A NumPy array over the host memory of a devbuf object (DeviceBuffer,
     DeviceView, ForeignArray), without a copy.
 

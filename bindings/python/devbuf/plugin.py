@@ -38,9 +38,18 @@ import atexit
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _pyplugin
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from ._plugins import PluginInfo
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+# What names a loaded plugin: its name, a device identifier, its index or a Registration.
+_PluginRef = Union[str, int, "Registration"]
 
 __all__ = [
     "PythonPlugin",
@@ -149,7 +158,8 @@ class BackendError(CallbackError):
 
 
 
-def ext_function(signature: str, doc: Optional[str] = None, name: Optional[str] = None):
+def ext_function(signature: str, doc: Optional[str] = None,
+                 name: Optional[str] = None) -> Callable[[_F], _F]:
     """Mark a method as a plugin extension function with a C ``signature``.
 
     Letters: docs/plugin-authors.md, "Extension functions". The method gets
@@ -159,23 +169,24 @@ def ext_function(signature: str, doc: Optional[str] = None, name: Optional[str] 
     """
     check_signature(signature)
 
-    def mark(fn):
-        fn.__devbuf_ext__ = (name or fn.__name__, signature, doc if doc is not None else (fn.__doc__ or "").strip())
+    def mark(fn: _F) -> _F:
+        setattr(fn, "__devbuf_ext__", (name or fn.__name__, signature,
+                                       doc if doc is not None else (fn.__doc__ or "").strip()))
         return fn
 
     return mark
 
 
 def dtype_namespace(id: Optional[str] = None, provider: Optional[str] = None,
-                    description: str = ""):
+                    description: str = "") -> Callable[[_F], _F]:
     """Mark a method as the interpreter of dtype namespace ``id`` (default: the
     plugin's ``name``), registered and unregistered together with the plugin,
     and listed with provider = the plugin's name. It gets the payload (str) and
     returns None (not understood) or a mapping with ``itemsize`` and optionally
     kind, alignment, bits, elements_per_item, dlpack, canonical, plain_format."""
 
-    def mark(fn):
-        fn.__devbuf_dtype__ = (id, provider, description)
+    def mark(fn: _F) -> _F:
+        setattr(fn, "__devbuf_dtype__", (id, provider, description))
         return fn
 
     return mark
@@ -224,11 +235,13 @@ class Registration:
     """A registered Python plugin: its runtime index, its table of closures and
     the dtype namespaces registered with it. ``unregister()`` undoes all of it."""
 
-    def __init__(self, table, namespaces, plugin):
+    def __init__(self, table: _pyplugin.Table, namespaces: Sequence[_pyplugin.Namespace],
+                 plugin: object) -> None:
         self._table = table
         self._namespaces = namespaces
         self._plugin_id = id(plugin)
-        self.index: int = table.index
+        # Made only once table.register() gave an index (register_plugin).
+        self.index: int = -1 if table.index is None else table.index
         self.name: str = table.name
 
     @property
@@ -236,18 +249,18 @@ class Registration:
         return self._table.state == "registered"
 
     @property
-    def plugin(self):
+    def plugin(self) -> Optional[object]:
         """The registered Python object, or None once unregistered (the
         registration then holds no reference to it)."""
         return self._table.plugin
 
     @property
-    def table(self):
+    def table(self) -> _pyplugin.Table:
         """The devbuf._pyplugin.Table (closures, state, calls in flight)."""
         return self._table
 
     @property
-    def info(self):
+    def info(self) -> "PluginInfo":
         """This plugin's devbuf.PluginInfo record."""
         from . import plugins
 
@@ -277,14 +290,14 @@ class Registration:
                 del _registrations[self._plugin_id]
         del plugin
 
-    def __enter__(self):
+    def __enter__(self) -> "Registration":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.registered:
             self.unregister()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<devbuf.plugin.Registration '{self.name}' #{self.index} {self._table.state}>"
 
 
@@ -320,7 +333,7 @@ def _marked(plugin, attr):
     return out
 
 
-def register_plugin(plugin, *, origin: Optional[str] = None) -> Registration:
+def register_plugin(plugin: object, *, origin: Optional[str] = None) -> Registration:
     """Turn ``plugin`` into a C plugin table of libffi closures and register it.
 
     Raises TypeError for a missing operation, ValueError for a bad extension
@@ -363,7 +376,7 @@ def register_plugin(plugin, *, origin: Optional[str] = None) -> Registration:
         return reg
 
 
-def unregister(what) -> None:
+def unregister(what: Union[Registration, object]) -> None:
     """Unregister a Registration, or the plugin object that was registered."""
     if isinstance(what, Registration):
         what.unregister()
@@ -414,14 +427,14 @@ class ExtFunction:
     plugin: int
 
 
-def ext_functions(plugin) -> List[ExtFunction]:
+def ext_functions(plugin: _PluginRef) -> List[ExtFunction]:
     """The extension functions of a loaded plugin (a name, identifier, index or
     Registration), C or Python. Entries with a malformed signature or a NULL
     function are listed with ``valid=False`` and the reason."""
     return [ExtFunction(**d) for d in _pyplugin.ext_functions(plugin)]
 
 
-def call_ext(plugin, name: str, *args):
+def call_ext(plugin: _PluginRef, name: str, *args: Any) -> Any:
     """Call extension function ``name`` of ``plugin`` through libffi.
 
     Arguments are converted with checks (TypeError for a wrong type,
@@ -434,12 +447,12 @@ def call_ext(plugin, name: str, *args):
     return _pyplugin.call_ext(plugin, name, *args)
 
 
-def check_signature(signature: str) -> dict:
+def check_signature(signature: str) -> Dict[str, Any]:
     """Parse a signature string; ValueError names the offending byte."""
     return _pyplugin.check_signature(signature)
 
 
-def address_of(buffer) -> int:
+def address_of(buffer: Buffer) -> int:
     """The address of an object's buffer (e.g. an mmap), as an int. Valid
     while the object keeps that memory (no resize, no close)."""
     return _pyplugin.address_of(buffer)
@@ -455,7 +468,7 @@ class ConformanceResult:
     @property
     def results(self) -> Dict[str, Tuple[str, str]]:
         """check name -> (PASS/FAIL/SKIP, detail)."""
-        out = {}
+        out: Dict[str, Tuple[str, str]] = {}
         for line in self.output.splitlines():
             m = re.match(r"^(PASS|FAIL|SKIP) ([A-Za-z0-9_]+)(?:: (.*))?$", line)
             if m:
@@ -524,7 +537,7 @@ def run_dtype_conformance(namespace: str, payloads: Sequence[str], checks: Seque
 # ---- interpreter exit ---------------------------------------------------------------------
 
 @atexit.register
-def _at_exit():  # pragma: no cover - runs at interpreter exit
+def _at_exit() -> None:  # pragma: no cover - runs at interpreter exit
     # Unregister what can be while Python still runs normally. What stays
     # (memory still alive) keeps working for the finalizing thread, e.g. when
     # module teardown frees the last buffers; other threads get

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf_buffer.h: a header-only backport of the device extension of the
  * Python buffer protocol (the "extended buffer protocol PEP draft for device
  * memory support"), for CPython 3.8+ as it ships today.

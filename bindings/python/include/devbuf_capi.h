@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf_capi.h: devbuf's C API for other CPython extensions, through the
  * capsule `devbuf._devbuf._C_API`. An extension that includes this header
  * calls the devbuf runtime (views, copies, sync, the format engine and dtype

@@ -77,18 +77,29 @@ static PyObject *m_plugins(PyObject *self, PyObject *unused) {
   return out;
 }
 
-static PyObject *m_load_plugin(PyObject *self, PyObject *arg) {
-  PyObject *bytes = NULL;
+static PyObject *m_load_plugin(PyObject *self, PyObject *args) {
+  PyObject *arg, *bytes = NULL;
+  const char *source = NULL;
+  if (!PyArg_ParseTuple(args, "O|z:_load_plugin", &arg, &source)) return NULL;
   if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
   devbuf_error err;
   size_t index = (size_t)-1;
   int rc;
   const char *path = PyBytes_AS_STRING(bytes);
   devbuf_error_clear(&err);
-  DBP_NOGIL(rc = devbuf_plugin_load(path, &index, &err));
+  if (source)
+    DBP_NOGIL(rc = devbuf_plugin_load_from(path, source, &index, &err));
+  else
+    DBP_NOGIL(rc = devbuf_plugin_load(path, &index, &err));
   Py_DECREF(bytes);
   if (rc != DEVBUF_OK) return dbp_raise(&err);
   return plugin_dict(index);
+}
+
+/* The runtime's own secure-execution test (AT_SECURE): the Python package's
+ * entry-point discovery follows the same rule as DEVBUF_PLUGINS. */
+static PyObject *m_secure_execution(PyObject *self, PyObject *unused) {
+  return PyBool_FromLong(devbuf_secure_execution());
 }
 
 /* Index of the plugin named `name` (or given as an int index). */
@@ -177,7 +188,10 @@ static PyMethodDef module_methods[] = {
     {"device", dbp_device_func, METH_O,
      "device(spec) -> Device for a Device, 'identifier' (ordinal 0) or 'identifier:N'."},
     {"_plugins", m_plugins, METH_NOARGS, "Raw plugin records (see devbuf.plugins())."},
-    {"_load_plugin", m_load_plugin, METH_O, "Raw load (see devbuf.load_plugin())."},
+    {"_load_plugin", m_load_plugin, METH_VARARGS,
+     "_load_plugin(path, source=None): raw load (see devbuf.load_plugin())."},
+    {"_secure_execution", m_secure_execution, METH_NOARGS,
+     "True in secure-execution mode (setuid/setgid), where plugin variables are ignored."},
     {"plugin_stats", m_plugin_stats, METH_O,
      "plugin_stats(name_or_index) -> dict of live allocations, bytes, streams, events and host "
      "allocations made through the runtime (for leak checks)."},

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/device_info.h: the `device_info` layout of every `devbuf.<name>`
  * device identifier, i.e. what `Py_buffer.device_info` points to when
  * `Py_buffer.device` is "devbuf.sim", "devbuf.cuda", "devbuf.opencl", ...

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/dlpack.h: DLPack (1.x) struct layouts and libdevbuf's DLPack layer.
  *
  * Part 1 declares the DLPack ABI: DLDevice, DLDataType, DLTensor, the legacy

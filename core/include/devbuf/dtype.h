@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/dtype.h: the contract between the format-string engine and a dtype
  * namespace interpreter (the `id` of a `[id$payload]` custom dtype).
  *

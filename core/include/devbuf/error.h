@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/error.h: status codes and the error record.
  *
  * Every fallible function in devbuf and in a plugin returns an int status

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/export.h: the one export macro.
  *
  * libdevbuf and every plugin are built with -fvisibility=hidden; only what is

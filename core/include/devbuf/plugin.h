@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/plugin.h: the plugin ABI. This is the one header a plugin author needs.
  *
  * A plugin is a shared object that exports exactly one symbol,

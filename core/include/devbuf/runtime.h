@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/runtime.h: the host-side API of libdevbuf, for bindings, tools and
  * C consumers. Plugin authors need only devbuf/plugin.h.
  *
@@ -119,6 +120,15 @@ DEVBUF_API int devbuf_plugin_info_get(size_t index, devbuf_plugin_info *out, dev
  * listing shows it) and its index returned through *index when non-NULL; a
  * file that fails again exactly as before reuses its record. */
 DEVBUF_API int devbuf_plugin_load(const char *path, size_t *index, devbuf_error *err);
+/* The same, recording `source` (printable ASCII, 1 to 200 bytes) as where the
+ * plugin came from instead of "explicit": the Python package's entry-point
+ * discovery says "entry point <dist> <version>" (docs/python-plugins.md).
+ * The labels the runtime gives itself ("install", "build tree",
+ * "DEVBUF_PLUGINS", "DEVBUF_PLUGIN_PATH", "registered", "explicit") are
+ * refused with DEVBUF_EINVAL: "install" and "build tree" carry devbuf's own
+ * privileges (the reserved `cpu` identifier). */
+DEVBUF_API int devbuf_plugin_load_from(const char *path, const char *source, size_t *index,
+                                       devbuf_error *err);
 
 /* Register a table that is already in memory (a plugin produced at run time,
  * e.g. through libffi closures; or a test double). `origin` names it in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* devbuf/format.h: the buffer-protocol format-string engine and the
  * dtype-namespace registry.
  *
