@@ -159,3 +159,56 @@ def test_kit_step_without_the_library(tmp_path, devbuf_env):
     assert "devbuf.check cupy: skipped: not installed" in r.stdout
     d = json.loads(p.read_text())
     assert d["ok"] is False and d["reports"] == []
+
+
+TORCH_STANDIN = '''
+import numpy as np
+__version__ = "0-standin"
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+
+
+class Tensor(np.ndarray):
+    def to(self, device):
+        return np.array(self).view(Tensor)
+
+    def cpu(self):
+        return np.array(self).view(Tensor)
+
+    def numpy(self):
+        return np.asarray(self)
+
+
+def from_numpy(a):
+    return a.view(Tensor)
+
+
+def as_strided(t, size, stride, storage_offset=0):
+    return np.lib.stride_tricks.as_strided(
+        t[storage_offset:], tuple(size), tuple(s * t.itemsize for s in stride)).view(Tensor)
+
+
+from_dlpack = np.from_dlpack
+'''
+
+
+def test_kit_step_that_ran(tmp_path, devbuf_env):
+    # A torch stand-in over host memory (NumPy's exports: some rules fail):
+    # the step passes, its JSON and summary hold the findings.
+    (tmp_path / "torch.py").write_text(TORCH_STANDIN)
+    env = dict(devbuf_env, PYTHONPATH=f"{tmp_path}:{devbuf_env['PYTHONPATH']}")
+    p = tmp_path / "kit_torch.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "kit", "torch", str(p)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(p.read_text())
+    targets = [rep["target"] for rep in d["reports"]]
+    assert targets == ["torch.Tensor (cuda)", "torch.from_dlpack (dlpack)"], targets
+    assert "torch 0-standin (CUDA device 0" in d["reports"][0]["notes"][0]
+    assert "producer: `torch.Tensor (cuda)`: " in r.stdout and " pass, " in r.stdout
+    if not d["ok"]:
+        assert "; failing: " in r.stdout
