@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU proof of devbuf.cuda in one command (issue 17): build, versions,
 # conformance and the CUDA C tests, the real-interop tests with PyTorch, CuPy and
-# JAX, bench_cuda and the Python interop benchmark; a report in Markdown + JSON.
+# JAX, bench_cuda and the Python interop benchmark, the conformance kit
+# (devbuf.check, issue 34) on CuPy and PyTorch CUDA arrays; a report in
+# Markdown + JSON.
 #
 #   scripts/gpu-check.sh           on a machine with an NVIDIA GPU (the device
 #                                  tool's `run` with command scripts/gpu-check.sh)
@@ -11,7 +13,8 @@
 # Report: $OUT when set (the device tool brings it back), else build-gpu/report
 # (--fake: <build>/gpu-check-fake). At most 8 files there, no folders:
 # gpu-check.md (everything), gpu-check.json, log.md (each step's output),
-# bench_cuda.md/.json, bench_cuda_interop.json, interop_tests.json.
+# bench_cuda.md/.json, bench_cuda_interop.json, interop_tests.json,
+# conformance_kit.json.
 #
 # Real mode builds in build-gpu with the `python3` on PATH (the GPU machines
 # have no PyPI, no Debian packages, no network: what is missing is reported,
@@ -31,7 +34,7 @@ for a in "$@"; do
   case "$a" in
     --fake) FAKE=1 ;;
     --build=*) BUILD="${a#--build=}" ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$a' (expected --fake, --build=DIR)" >&2; exit 2 ;;
   esac
 done
@@ -218,6 +221,24 @@ else
   (( FAKE )) && iargs+=(--quick)
   step bench_cuda_interop 120 "${RUNENV[@]}" "$PY" benchmarks/cuda/bench_cuda_interop.py "${iargs[@]}"
 fi
+
+# ---- the conformance kit on CUDA arrays (issue 34) ---------------------------------------
+# Last, each with its own limit: the library's findings must not cost the
+# benchmarks above their time. Failing rules are findings (the report's kit
+# section), not a failed step; a kit that could not run is.
+for lib in cupy torch; do
+  # (find_spec: whether it is there, without importing torch for seconds)
+  have_lib=0
+  [[ -n "$PY" ]] && "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$lib') is None)" 2>/dev/null && have_lib=1
+  if (( FAKE )); then
+    skip "kit_$lib" "dry run: the fake libcuda is no GPU for $lib's CUDA arrays$( (( have_lib )) || echo ", and $lib is not installed"); runs on a lent GPU"
+  elif [[ -z "$PY" ]]; then skip "kit_$lib" "no python3 on PATH"
+  elif (( build_ok != 0 || ! HAVE_PY )); then skip "kit_$lib" "no Python bindings built"
+  elif (( ! have_lib )); then skip "kit_$lib" "$lib is not installed for $PY"
+  else
+    step "kit_$lib" 120 "${RUNENV[@]}" "$PY" scripts/gpu_check_report.py kit "$lib" "$WORK/kit_$lib.json"
+  fi
+done
 
 # ---- report --------------------------------------------------------------------------
 say "report in $REPORT ($(( SECONDS - START ))s so far)"

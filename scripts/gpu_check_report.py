@@ -7,12 +7,20 @@ GPU machines have no PyPI):
         as JSON to PATH. Packages are read from their metadata, not imported
         (importing torch and JAX costs seconds and may touch the GPU).
 
+    gpu_check_report.py kit LIB JSON
+        run the conformance kit on a built-in CUDA target (`python -m
+        devbuf.check LIB --json`, in this process so that the step's time limit
+        ends all of it): the JSON to JSON, a summary on stdout. Exit 0 when the
+        kit ran, whatever the library's results (its failing rules are findings
+        to triage, not a broken check); else the kit's status (2: the library
+        or its GPU is missing). This one needs devbuf (the built bindings).
+
     gpu_check_report.py report --work DIR --out DIR --mode real|fake --elapsed S
         gather the steps' logs and results (steps.tsv, env.json, interop.xml,
-        bench_cuda.json/.md, bench_cuda_interop.json in --work) into at most
-        8 files in --out, no folders: gpu-check.md, gpu-check.json, log.md,
-        bench_cuda.md, bench_cuda.json, bench_cuda_interop.json,
-        interop_tests.json. Prints the summary.
+        bench_cuda.json/.md, bench_cuda_interop.json, kit_LIB.json in --work)
+        into at most 8 files in --out, no folders: gpu-check.md, gpu-check.json,
+        log.md, bench_cuda.md, bench_cuda.json, bench_cuda_interop.json,
+        interop_tests.json, conformance_kit.json. Prints the summary.
 """
 import argparse
 import ctypes
@@ -31,6 +39,7 @@ import xml.etree.ElementTree as ET
 PACKAGES = ["torch", "cupy-cuda13x", "cupy-cuda12x", "cupy", "jax", "jaxlib", "jax-cuda13-plugin",
             "jax-cuda12-plugin", "numpy", "ml_dtypes", "cuda-core", "cuda-bindings", "pytest"]
 LOG_LINES = 400  # per step in log.md: the tail, where failures are
+KIT_LIBS = ("cupy", "torch")  # devbuf.check's CUDA targets, one step (kit_LIB) each
 
 
 def run(cmd, timeout=20):
@@ -178,6 +187,58 @@ def goals(bench):
     return out
 
 
+# ---- the conformance kit on CUDA arrays ----------------------------------------------------
+
+def kit_rows(d):
+    """(report, pass, fail, skip, failing rules) per report of a devbuf.check --json document."""
+    rows = []
+    for rep in d.get("reports") or []:
+        c = rep.get("counts") or {}
+        bad = [r["rule"] for r in rep.get("results") or [] if r.get("status") == "fail"]
+        rows.append((f"{rep.get('role')}: `{rep.get('target')}`", c.get("pass", 0),
+                     c.get("fail", 0), c.get("skip", 0), bad))
+    return rows
+
+
+def kit(a):
+    import contextlib
+    from devbuf.check.__main__ import main as kit_main
+    with open(a.json, "w") as f, contextlib.redirect_stdout(f):
+        rc = kit_main([a.lib, "--json"])
+    d = read_json(a.json)
+    if d is None:
+        print(f"devbuf.check {a.lib}: no JSON came out (exit status {rc})")
+        return rc or 1
+    for why in (d.get("skipped") or {}).values():
+        print(f"devbuf.check {a.lib}: skipped: {why}")
+    for name, p, f, sk, bad in kit_rows(d):
+        print(f"{name}: {p} pass, {f} fail, {sk} skip" + (f"; failing: {', '.join(bad)}"
+                                                           if bad else ""))
+    return 0 if rc in (0, 1) else rc
+
+
+def kit_md(work, st):
+    lines = ["## Conformance kit on CUDA arrays (devbuf.check)", "",
+             "`python -m devbuf.check LIB --json` for " + ", ".join(KIT_LIBS) + ": the "
+             "library's CUDA arrays, values read back through devbuf.cuda. A failing rule is a "
+             "finding to triage in docs/conformance-report.md, not a failed step.", "",
+             "| library | report | pass | fail | skip | failing rules |", "|---|---|---|---|---|---|"]
+    docs = {}
+    for lib in KIT_LIBS:
+        d = docs[lib] = read_json(work / f"kit_{lib}.json")
+        s = next((s for s in st if s["step"] == f"kit_{lib}"), None)
+        rows = kit_rows(d) if d else []
+        for name, p, f, sk, bad in rows:
+            lines.append(f"| {lib} | {name} | {p} | {f} | {sk} | "
+                         f"{', '.join(f'`{b}`' for b in bad) or 'none'} |")
+        for why in ((d or {}).get("skipped") or {}).values():
+            lines.append(f"| {lib} | skipped: {why} | | | | |")
+        if not rows and not (d or {}).get("skipped"):
+            why = f"{s['status']}: {s['note']}" if s else "the step did not run"
+            lines.append(f"| {lib} | no results ({why}) | | | | |")
+    return lines, docs
+
+
 def report(a):
     work, out = pathlib.Path(a.work), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -222,14 +283,18 @@ def report(a):
     imd = work / "bench_cuda_interop.log"
     lines += [imd.read_text().replace("## ", "## Python: ").strip() if imd.exists()
               else "## Python: devbuf.view / from_dlpack of a PyTorch CUDA tensor\n\nNo results.", ""]
+    klines, kdocs = kit_md(work, st)
+    lines += klines + [""]
     (out / "gpu-check.md").write_text("\n".join(lines))
 
     summary = {"mode": a.mode, "elapsed_s": int(a.elapsed), "failed_steps": failed, "notes": notes, "env": env,
                "steps": st, "interop_tests": tests, "bench_cuda": bench,
                "bench_cuda_interop": ibench,
+               "conformance_kit": {lib: kit_rows(d) if d else None for lib, d in kdocs.items()},
                "bench_cuda_goals": g if not fake else "not applicable: the fake driver measures host memcpy"}
     (out / "gpu-check.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "interop_tests.json").write_text(json.dumps(tests, indent=2) + "\n")
+    (out / "conformance_kit.json").write_text(json.dumps(kdocs, indent=2) + "\n")
     for name in ("bench_cuda.json", "bench_cuda.md", "bench_cuda_interop.json"):
         if (work / name).exists():
             shutil.copyfile(work / name, out / name)
@@ -260,9 +325,14 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--mode", choices=["real", "fake"], required=True)
     r.add_argument("--elapsed", default="0")
+    k = sub.add_parser("kit")
+    k.add_argument("lib", choices=KIT_LIBS)
+    k.add_argument("json")
     a = ap.parse_args()
     if a.cmd == "env":
         env_info(a.path, a.fake_lib)
+    elif a.cmd == "kit":
+        sys.exit(kit(a))
     else:
         report(a)
 

@@ -235,3 +235,174 @@ def test_docs_list_every_rule_and_only_those():
     listed = set(re.findall(r"^\| `([a-z]+\.[a-z_]+)` \|", doc, re.M))
     rules = set(kit.RULES)
     assert listed == rules, (sorted(rules - listed), sorted(listed - rules))
+
+
+# ---- the CUDA targets (cupy, torch), on NumPy stand-ins ------------------------------------------
+# No GPU here: each stand-in mimics exactly the part of its library's API the
+# factory calls, over host memory, so that the factory's layout logic (and any
+# typo in it) is exercised; scripts/gpu-check.sh runs the real ones on a GPU.
+
+class _FakeCupyArray(np.ndarray):
+    def get(self):  # cupy.ndarray.get(): a NumPy copy on the host
+        return np.array(self)
+
+
+def _fake_cupy():
+    import types
+
+    def as_strided(x, shape=None, strides=None):
+        assert isinstance(x, _FakeCupyArray), type(x)
+        return np.lib.stride_tricks.as_strided(x, shape, strides).view(_FakeCupyArray)
+    return types.SimpleNamespace(
+        __version__="0-standin",
+        asarray=lambda a: np.array(a).view(_FakeCupyArray),  # (a packed copy, as CuPy's)
+        lib=types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=as_strided)))
+
+
+class _FakeTensor(np.ndarray):
+    device = "cpu"
+
+    def to(self, device):
+        assert device == "cuda", device
+        t = np.array(self).view(_FakeTensor)
+        t.device = device
+        return t
+
+    def cpu(self):
+        return np.array(self).view(_FakeTensor)
+
+    def numpy(self):
+        assert self.device == "cpu", "torch: can't convert cuda tensor to numpy"
+        return np.asarray(self)
+
+
+def _fake_torch():
+    import types
+
+    def from_numpy(a):
+        if a.dtype == np.uint16:  # older torch takes no unsigned type but uint8
+            raise TypeError("can't convert np.ndarray of type numpy.uint16")
+        return a.view(_FakeTensor)
+
+    def as_strided(t, size, stride, storage_offset=0):
+        assert t.device == "cuda" and t.flags.c_contiguous and t.ndim == 1
+        if any(s < 0 for s in stride):
+            raise RuntimeError("as_strided: Negative strides are not supported")
+        out = np.lib.stride_tricks.as_strided(
+            t[storage_offset:], tuple(size), tuple(s * t.itemsize for s in stride))
+        out = out.view(_FakeTensor)
+        out.device = t.device
+        return out
+    return types.SimpleNamespace(__version__="0-standin", from_numpy=from_numpy,
+                                 as_strided=as_strided)
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+def test_cuda_target_factories_keep_values_and_layout(lib):
+    from devbuf.check._factories import cupy_factory, torch_factory
+    factory = cupy_factory(_fake_cupy()) if lib == "cupy" else torch_factory(_fake_torch())
+    made = set()
+    for spec in kit.default_cases():
+        x = factory(spec)
+        if x is None:
+            continue
+        if x.size > 1:  # (an empty or one-item array has every layout)
+            made.add((spec.dtype, spec.layout))
+        assert not spec.readonly and not spec.np_dtype.fields, spec  # neither can make those
+        want = spec.numpy()
+        assert x.shape == spec.shape and x.dtype == want.dtype, spec
+        np.testing.assert_array_equal(factory.read(x), spec.values, err_msg=str(spec))
+        if x.size:
+            assert x.strides == want.strides, (spec, x.strides, want.strides)
+        if spec.layout == "offset" and x.size:
+            # the array starts one item into its allocation, as the spec's does
+            root = x
+            while root.base is not None:
+                root = root.base
+            start = x.__array_interface__["data"][0]
+            assert start - np.asarray(root).__array_interface__["data"][0] == x.itemsize, spec
+        assert "obj = " in factory.source(spec) and lib in factory.source(spec)
+    layouts = {lay for _, lay in made}
+    # (the kit asks 'broadcast' only read-only, which neither library has)
+    want_layouts = set(kit.LAYOUTS) - {"broadcast"} - ({"reversed"} if lib == "torch" else set())
+    assert layouts == want_layouts, layouts
+    assert ("uint16", "C") in made or lib == "torch"
+    assert ("uint16", "C") not in made or lib == "cupy"  # torch's TypeError: not offered
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+def test_cuda_target_factories_pass_the_kit_over_host_stand_ins(lib):
+    # Over host memory the stand-ins' arrays are NumPy's: the kit's DLPack
+    # checks see NumPy's export of exactly the layout the factory built.
+    from devbuf.check._factories import cupy_factory, torch_factory
+    factory = cupy_factory(_fake_cupy()) if lib == "cupy" else torch_factory(_fake_torch())
+    rep = kit.producer(factory, cases=[s for s in kit.default_cases()
+                                       if s.dtype in ("int32", "float64", "bool")],
+                       checks=("dlpack", "pickle"))
+    assert rep.ok, rep.format()
+    d = {r["rule"]: r for r in rep.as_dict()["results"]}
+    assert d["dl.values"]["status"] == "pass" and d["pickle.roundtrip"]["status"] == "pass"
+
+
+def test_cli_cuda_targets_without_their_library(devbuf_env, tmp_path):
+    # A cupy/torch that cannot be imported (shadowed here, so the test holds
+    # where either is installed): exit 2, a clear message, no traceback.
+    for name in ("cupy", "torch"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError(\"No module named {name!r}\")\n")
+    env = dict(devbuf_env, PYTHONPATH=f"{tmp_path}:{devbuf_env['PYTHONPATH']}")
+    for name in ("cupy", "torch"):
+        r = run_cli([name], env, timeout=120)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert f"devbuf.check: {name}: not installed: No module named '{name}'" in r.stderr
+        assert "nothing was checked" in r.stderr and "Traceback" not in r.stderr
+        r = run_cli(["--json", name], env, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        d = json.loads(r.stdout)
+        assert not d["ok"] and d["reports"] == [] and "not installed" in d["skipped"][name]
+
+
+def test_cli_cuda_target_without_a_gpu(devbuf_env, tmp_path):
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(textwrap.dedent("""
+        __version__ = "0-standin"
+        class _Runtime:
+            @staticmethod
+            def getDeviceCount():
+                raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+        class cuda:
+            runtime = _Runtime
+    """))
+    env = dict(devbuf_env, PYTHONPATH=f"{tmp_path}:{devbuf_env['PYTHONPATH']}")
+    r = run_cli(["cupy"], env, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "CuPy 0-standin cannot reach a GPU: cudaErrorNoDevice" in r.stderr
+    # named with a target that runs, the missing one is a skip, not a usage error
+    r = run_cli(["--json", "--no-consumers", "cupy", "array_api_strict"], env, timeout=300)
+    d = json.loads(r.stdout)
+    assert r.returncode == (0 if d["ok"] else 1) and "cannot reach a GPU" in d["skipped"]["cupy"]
+
+
+def test_device_memory_values_are_read_not_passed(sim):
+    # A producer on memory the host cannot read whose capsule holds other
+    # values than it should: the kit reads them through devbuf (devbuf.sim
+    # here, devbuf.cuda on a GPU) and fails dl.values, where it used to pass
+    # unread.
+    class Liar:
+        def __init__(self, spec):
+            self.buf = devbuf.from_host(np.zeros(spec.shape, spec.np_dtype), device=sim)
+
+        def __dlpack__(self, **kw):
+            return self.buf.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.buf.__dlpack_device__()
+
+    cases = [ArraySpec("int32", (3, 4))]
+    rep = kit.producer(Liar, cases=cases, checks=("dlpack",))
+    d = {r["rule"]: r for r in rep.as_dict()["results"]}
+    assert d["dl.values"]["status"] == "fail", rep.format()
+    assert "copied to the host by devbuf" in d["dl.values"]["reason"]
+    honest = kit.producer(lambda s: devbuf.from_host(s.numpy(), device=sim), cases=cases,
+                          checks=("dlpack",))
+    h = {r["rule"]: r for r in honest.as_dict()["results"]}
+    assert h["dl.values"]["status"] == "pass", honest.format()

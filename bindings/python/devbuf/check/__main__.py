@@ -6,7 +6,11 @@
     python -m devbuf.check --json numpy            machine-readable
     python -m devbuf.check --list-rules
 
-Exit status: 0 when nothing failed, 1 on a failure, 2 on a usage error.
+    python -m devbuf.check --json cupy torch       CUDA arrays (a GPU; scripts/gpu-check.sh)
+
+Exit status: 0 when nothing failed, 1 on a failure, 2 on a usage error, and
+2 when nothing could be checked because a named library is missing (or, for
+cupy and torch, reaches no GPU).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import sys
 import time
 
 from . import RULES, TARGETS, consumer, producer, run_target, target
+from ._factories import Unavailable
 
 # Targets whose import may take long (JAX compiles its CPU client): probed in
 # a subprocess first, skipped cleanly past the timeout.
@@ -78,7 +83,7 @@ def main(argv=None):
         ap.print_usage(sys.stderr)
         print("devbuf.check: name a target (e.g. numpy) or module:factory", file=sys.stderr)
         return 2
-    reports, skipped = [], {}
+    reports, skipped, missing = [], {}, []
     for name in a.targets:
         if ":" not in name:
             if name not in TARGETS:
@@ -90,8 +95,12 @@ def main(argv=None):
             if why is None:
                 try:
                     t = target(name)
+                except Unavailable as e:
+                    why = str(e)
+                    missing.append(name)
                 except ImportError as e:
                     why = f"not installed: {e}"
+                    missing.append(name)
             if why is not None:
                 skipped[name] = why
                 if not a.json:
@@ -111,6 +120,14 @@ def main(argv=None):
         reports.append(r)
         if not a.json:
             print(r.format(verbose=a.verbose) + "\n")
+    if missing and not reports:
+        # Nothing was checked: a pass (exit 0) would say the library conforms.
+        for name in missing:
+            print(f"devbuf.check: {name}: {skipped[name]}; nothing was checked", file=sys.stderr)
+        if a.json:
+            json.dump({"ok": False, "skipped": skipped, "reports": []}, sys.stdout, indent=1)
+            print()
+        return 2
     ok = all(r.ok for r in reports)
     if a.json:
         json.dump({"ok": ok, "skipped": skipped, "reports": [r.as_dict() for r in reports]},

@@ -226,6 +226,110 @@ def jax_target():
                      "import jax.numpy as jnp"})})
 
 
+# ---- CUDA libraries (scripts/gpu-check.sh runs them on a lent GPU) --------------------------
+
+class Unavailable(ImportError):
+    """The library imports but cannot run here (no GPU it can reach): the
+    target is skipped with this reason, like a library that is not installed."""
+
+
+def _strided_parts(spec):
+    """spec's NumPy array as (flat, offset, strides): `flat` a C-contiguous copy
+    of the memory it spans (from the allocation's start for layout 'offset'),
+    `offset` and `strides` where the array sits in it, in items. A device
+    library builds the same layout over its own copy of `flat`, instead of
+    converting the strided array (which would give a packed copy). None for an
+    empty array (no layout to keep) or strides that are not whole items."""
+    a = spec.numpy()
+    item = a.itemsize
+    if a.size == 0 or any(s % item for s in a.strides):
+        return None
+    lo = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + item
+    pad = item if spec.layout == "offset" else 0  # the item before the array's start
+    raw = (ctypes.c_char * (hi - lo + pad)).from_address(a.ctypes.data + lo - pad)
+    flat = np.frombuffer(bytes(raw), a.dtype)
+    return flat, (pad - lo) // item, tuple(s // item for s in a.strides)
+
+
+def _device_dtypes_ok(spec):
+    # Plain dtypes only: neither library has record dtypes, and read-only
+    # arrays do not exist in either (a read-only spec is not offered).
+    return spec.dtype in PLAIN_DTYPES and not spec.readonly
+
+
+def cupy_factory(cupy):
+    """spec -> a cupy.ndarray in GPU memory with spec's values and layout
+    (negative and zero strides included), or None."""
+    def make(spec):
+        if not _device_dtypes_ok(spec):
+            return None
+        parts = _strided_parts(spec)
+        if parts is None:
+            return cupy.asarray(spec.numpy())  # empty (or 0-d): nothing to lay out
+        flat, offset, strides = parts
+        base = cupy.asarray(flat)[offset:]
+        item = flat.itemsize
+        return cupy.lib.stride_tricks.as_strided(base, spec.shape, tuple(s * item
+                                                                          for s in strides))
+
+    def src(spec):
+        return _np_src("import cupy\nobj = cupy.asarray(a)  # (the kit keeps a's strides: "
+                       "cupy.lib.stride_tricks.as_strided over a copy of its memory)")(spec)
+    return _factory(make, src, read=lambda x: x.get(), name="cupy.ndarray")
+
+
+def torch_factory(torch):
+    """spec -> a torch.Tensor on 'cuda' with spec's values and layout, or None
+    (negative strides, and the dtypes this torch cannot take from NumPy)."""
+    def make(spec):
+        if not _device_dtypes_ok(spec):
+            return None
+        parts = _strided_parts(spec)
+        try:
+            if parts is None:
+                return torch.from_numpy(spec.numpy().copy()).to("cuda")
+            flat, offset, strides = parts
+            if any(s < 0 for s in strides):
+                return None  # torch has no negative strides
+            base = torch.from_numpy(flat.copy()).to("cuda")  # (a writable copy: no warning)
+        except TypeError:
+            return None  # "can't convert np.ndarray of type numpy.uint16" (older torch)
+        return torch.as_strided(base, spec.shape, strides, offset)
+
+    def src(spec):
+        return _np_src("import torch\nobj = torch.from_numpy(a.copy()).to('cuda')  # (the "
+                       "kit keeps a's strides: torch.as_strided over a copy of its memory)")(spec)
+    return _factory(make, src, read=lambda t: t.cpu().numpy(), name="torch.Tensor (cuda)")
+
+
+def cupy_target():
+    import cupy
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - CuPy raises its own CUDARuntimeError
+        raise Unavailable(f"CuPy {cupy.__version__} cannot reach a GPU: {e}") from None
+    if n < 1:
+        raise Unavailable(f"CuPy {cupy.__version__} sees no GPU")
+    # No consumer: the kit's consumer checks feed host memory (and devbuf.sim),
+    # which cupy.from_dlpack refuses by design; a refusal of the plain array
+    # would read as a failure.
+    return Target("cupy", cupy.__version__, {"cupy.ndarray": cupy_factory(cupy)},
+                  note="CUDA device 0; values read back through devbuf.cuda")
+
+
+def torch_target():
+    import torch
+    if not torch.cuda.is_available():
+        raise Unavailable(f"PyTorch {torch.__version__} sees no CUDA GPU")
+    # torch.from_dlpack of the kit's host producers gives CPU tensors: its
+    # DLPack consumer is the same code for both devices.
+    return Target("torch", torch.__version__, {"torch.Tensor (cuda)": torch_factory(torch)},
+                  note="CUDA device 0; values read back through devbuf.cuda",
+                  consumers={"torch.from_dlpack": (torch.from_dlpack, "dlpack", {
+                      "setup": "import torch"})})
+
+
 def devbuf_target():
     import devbuf
 
@@ -288,6 +392,8 @@ TARGETS = {
     "numpy": numpy_target, "ml_dtypes": ml_dtypes_target, "pyarrow": pyarrow_target,
     "nanoarrow": nanoarrow_target, "array_api_strict": array_api_strict_target,
     "jax": jax_target, "devbuf": devbuf_target,
+    # on a GPU only: scripts/gpu-check.sh
+    "cupy": cupy_target, "torch": torch_target,
 }
 
-__all__ = ["TARGETS", "Target", "numpy_source", "LAYOUTS", "RECORD_DTYPES"]
+__all__ = ["TARGETS", "Target", "Unavailable", "cupy_factory", "torch_factory", "numpy_source", "LAYOUTS", "RECORD_DTYPES"]
