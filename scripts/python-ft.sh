@@ -125,11 +125,11 @@ make_venv() {
 # $1 = venv dir, $2 = build dir, then extra cmake flags.
 build_devbuf() {
   local venv="$1" build="$2"; shift 2
-  if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_WERROR=ON \
-      -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$venv/bin/python" \
-      "$@" >"$build.cmake.log" 2>&1 || { tail -30 "$build.cmake.log"; return 1; }
-  fi
+  # Configured every time (seconds when cached): a target added since the
+  # tree was made (make <target> of a stale tree says "No rule") is there.
+  cmake -S "$ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_WERROR=ON \
+    -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$venv/bin/python" \
+    "$@" >"$build.cmake.log" 2>&1 || { tail -30 "$build.cmake.log"; return 1; }
   cmake --build "$build" -j"$JOBS" --target devbuf_python devbuf_pyplugin devbuf_consumer \
     devbuf_capi_consumer devbuf_broken >"$build.log" 2>&1 || { grep -E 'error|warning' "$build.log" | head -30; tail -20 "$build.log"; return 1; }
 }
