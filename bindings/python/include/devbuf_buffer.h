@@ -316,13 +316,30 @@ static inline int DevbufPy__LookupSupportedFlags(PyTypeObject *type, int *raw) {
   static PyObject *name = NULL; /* interned, immortal for our purposes */
   PyObject *value;
   long v;
+#if defined(Py_GIL_DISABLED)
+  /* Made once; two threads racing to make it agree on one (the loser's
+   * interned string is the same object anyway). */
+  PyObject *n = (PyObject *)_Py_atomic_load_ptr_acquire(&name);
+  if (n == NULL) {
+    PyObject *expected = NULL;
+    n = PyUnicode_InternFromString(DEVBUFPY_SUPPORTED_FLAGS_ATTR);
+    if (n == NULL) return -1;
+    if (!_Py_atomic_compare_exchange_ptr(&name, &expected, n)) {
+      Py_DECREF(n);
+      n = expected;
+    }
+  }
+#else
+  PyObject *n;
   if (name == NULL) {
     name = PyUnicode_InternFromString(DEVBUFPY_SUPPORTED_FLAGS_ATTR);
     if (name == NULL) return -1;
   }
+  n = name;
+#endif
   /* Through the type's getattr, so that the answer is what Python code sees
    * and so that CPython assigns the type a version tag to cache on. */
-  value = PyObject_GetAttr((PyObject *)type, name);
+  value = PyObject_GetAttr((PyObject *)type, n);
   if (value == NULL) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
     PyErr_Clear();

@@ -42,9 +42,13 @@ typedef char dbp_mutex;
 #if defined(Py_GIL_DISABLED)
 #define DBP_LOAD_INT(p) _Py_atomic_load_int_relaxed(p)
 #define DBP_STORE_INT(p, v) _Py_atomic_store_int_relaxed((p), (v))
+#define DBP_LOAD_PTR(p) _Py_atomic_load_ptr_relaxed(p)
+#define DBP_STORE_PTR(p, v) _Py_atomic_store_ptr_relaxed((p), (v))
 #else
 #define DBP_LOAD_INT(p) (*(p))
 #define DBP_STORE_INT(p, v) (void)(*(p) = (v))
+#define DBP_LOAD_PTR(p) (*(p))
+#define DBP_STORE_PTR(p, v) (void)(*(p) = (v))
 #endif
 /* `return call;` with `self` locked around the call (call yields `rtype`). */
 #define DBP_RETURN_LOCKED(rtype, self, call) \

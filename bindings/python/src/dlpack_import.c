@@ -585,11 +585,11 @@ static int producer_device(PyObject *obj, DLDevice *out, int *has) {
    * always answers (kDLCPU, 0)): skip the round trip, a third of an import.
    * Only the exact C type: a subclass may say otherwise. A Python class's
    * tp_name has no dot, so no other type can pass this name test. */
-  static PyTypeObject *ndarray;
-  PyTypeObject *type = Py_TYPE(obj);
+  static PyTypeObject *g_ndarray; /* set once, to the same value by any thread */
+  PyTypeObject *type = Py_TYPE(obj), *ndarray = (PyTypeObject *)DBP_LOAD_PTR(&g_ndarray);
   if (type == ndarray || (ndarray == NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
                           strcmp(type->tp_name, "numpy.ndarray") == 0)) {
-    ndarray = type;
+    DBP_STORE_PTR(&g_ndarray, type);
     out->device_type = kDLCPU;
     out->device_id = 0;
     *has = 1;

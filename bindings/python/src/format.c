@@ -901,6 +901,12 @@ static int py_interpret(void *ctx, const char *payload, size_t len, devbuf_dtype
   return rc;
 }
 
+/* Without the GIL, dtype_namespaces() reads a namespace's strings while
+ * another thread may be unregistering it: ns_free of a registered record
+ * and the listing take this lock (a PyMutex; nothing with the GIL). */
+static dbp_mutex g_ns_strings_lock;
+static PyObject *list_namespaces_locked(PyObject *out);
+
 static void ns_free(PyNamespace *p) {
   if (p == NULL) return;
   PyMem_RawFree(p->id);
@@ -1012,13 +1018,24 @@ PyObject *dbp_unregister_dtype_namespace(PyObject *self, PyObject *arg) {
     return dbp_raise(&err);
   }
   Py_DECREF(cap);
+  DBP_MUTEX_LOCK(&g_ns_strings_lock);
   ns_free(p);
+  DBP_MUTEX_UNLOCK(&g_ns_strings_lock);
   Py_RETURN_NONE;
 }
 
 PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused) {
   PyObject *out = PyList_New(0);
   if (out == NULL) return NULL;
+  /* The strings are the registrants'; ours are freed by unregister (ns_free)
+   * once the runtime lets go, so the listing holds them still. */
+  DBP_MUTEX_LOCK(&g_ns_strings_lock);
+  PyObject *r = list_namespaces_locked(out);
+  DBP_MUTEX_UNLOCK(&g_ns_strings_lock);
+  return r;
+}
+
+static PyObject *list_namespaces_locked(PyObject *out) {
   size_t n = devbuf_dtype_namespace_count();
   for (size_t i = 0; i < n; i++) {
     const devbuf_dtype_namespace *ns = NULL;
