@@ -17,8 +17,10 @@
  * be dropped, so the invariants written for the GIL ("state changes only
  * between detaches"; `pins` guards work in flight) hold unchanged, and two
  * objects' sections cannot deadlock. With the GIL these are plain braces.
- * No process-wide lock is taken on any path of this extension; the C
- * registries below it have their own (core/, registry/). */
+ * No process-wide lock is taken on an export, release or view path; the
+ * few module-wide ones (dbp_mutex below) guard statistics, the staging
+ * cache, the Device cache and the Python namespace strings. The C registries
+ * below have their own (core/, registry/). */
 #if defined(Py_GIL_DISABLED)
 #define DBP_BEGIN_LOCKED(op) Py_BEGIN_CRITICAL_SECTION(op)
 #define DBP_END_LOCKED() Py_END_CRITICAL_SECTION()
@@ -63,10 +65,6 @@ typedef char dbp_mutex;
 #define DBP_LOCKED_METH(T, name)                                     \
   static PyObject *name(PyObject *self, PyObject *arg) {             \
     DBP_RETURN_LOCKED(PyObject *, self, name##_locked((T *)self, arg)); \
-  }
-#define DBP_LOCKED_KWMETH(T, name)                                                 \
-  static PyObject *name(PyObject *self, PyObject *args, PyObject *kw) {            \
-    DBP_RETURN_LOCKED(PyObject *, self, name##_locked((T *)self, args, kw));       \
   }
 #define DBP_LOCKED_FASTMETH(T, name)                                                     \
   static PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,          \
