@@ -19,7 +19,18 @@
 # CPythons: 3.9 is the root's own Debian python3; 3.11 and 3.13 are built in
 # the root (once, cached in /opt/cpython-X.Y) from the upstream tarball of
 # Debian's source packages (bookworm's python3.11, trixie's python3.13).
-# 3.10 and 3.12 have no source package in Debian's current suites: no wheel.
+# 3.10 and 3.12 have no source package in Debian's current suites, and
+# nothing else may be downloaded here. For them the build FRONTEND is
+# borrowed: this machine's pyenv CPython is copied into the root and run
+# through this machine's own dynamic loader and libraries (kept apart under
+# /opt/host-libs, never on the root's library path), because it links glibc
+# 2.36. It only drives pip, scikit-build-core and auditwheel; the compiler,
+# the linker and the glibc the wheel links against are the root's (2.31),
+# and auditwheel checks the result as for the other versions. What cannot be
+# checked for them is the root itself: a process started by that loader has
+# glibc 2.36, so the in-root install, smoke and refusal checks would prove
+# nothing and are not run; the wheel is installed and smoke-tested on this
+# machine with the same pyenv CPython.
 # GPU plugins: built for the vendor headers that this machine has (CUDA's
 # cuda.h, CL/cl.h, level_zero/ze_api.h, hip/), copied into the root; the
 # plugins only take types from them and dlopen the drivers at run time.
@@ -29,7 +40,7 @@
 #               reused: about 3 minutes and 300 MB the first time)
 #   --out DIR   where the wheels, debug files and the report go
 #               (default build-manylinux/out)
-#   --python L  the CPython versions (default "3.9 3.11 3.13")
+#   --python L  the CPython versions (default "3.9 3.10 3.11 3.12 3.13")
 # Needs root (debootstrap, chroot, mounts) and the package indexes (Debian's
 # archive for the root, PyPI for the pinned tools of
 # scripts/requirements-manylinux.txt). Takes about 3 minutes once the root
@@ -41,7 +52,7 @@ set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root="$src/build-manylinux/root"
 out="$src/build-manylinux/out"
-versions="3.9 3.11 3.13"
+versions="3.9 3.10 3.11 3.12 3.13"
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root="$2"; shift ;;
@@ -144,10 +155,41 @@ bash "$src/scripts/copy-source.sh" "$src" "$root/src"
 # plain ./configure, once, into /opt/cpython-X.Y. 3.10 and 3.12 have no
 # source package in Debian's current suites: not built.
 declare -A suite_of=([3.11]=bookworm [3.13]=trixie)
+declare -A borrowed=([3.10]=1 [3.12]=1)
 root_python() { if [ "$1" = 3.9 ]; then echo /usr/bin/python3.9; else echo "/opt/cpython-$1/bin/python$1"; fi; }
+# borrow_cpython V: this machine's pyenv CPython V into the root's
+# /opt/cpython-V, run through this machine's loader (see the header).
+borrow_cpython() {
+  local v="$1" hp dest="$root/opt/cpython-$1" libs="$root/opt/host-libs" f
+  hp=$(ls -d "$HOME"/.pyenv/versions/"$v".* 2>/dev/null | sort -V | tail -n1 || true)
+  [ -n "$hp" ] || die "CPython $v: no Debian source package and no pyenv CPython $v on this machine to borrow"
+  step "borrow this machine's CPython $(basename "$hp") as the build frontend for $v (glibc $(ldd --version | awk 'NR==1{print $NF}') loader under /opt/host-libs)"
+  rm -rf "$dest" && mkdir -p "$dest" "$libs"
+  cp -a "$hp"/. "$dest"/
+  # Every shared library the interpreter and its extension modules need,
+  # from this machine, resolved by the host's ldd.
+  for f in "$hp/bin/python$v" "$hp"/lib/python"$v"/lib-dynload/*.so; do
+    ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib64\/ld-linux/{print $1}'
+  done | sort -u | grep -v "^$hp/" | while read -r f; do cp -L "$f" "$libs/"; done
+  [ -f "$libs/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$libs/"
+  mv "$dest/bin/python$v" "$dest/bin/python$v.host"
+  # --argv0 keeps sys.executable (and so a venv's prefix) at the wrapper's
+  # own path; --library-path applies to this process only, not to the
+  # compilers and cmake it starts, which use the root's glibc.
+  cat >"$dest/bin/python$v" <<EOF2
+#!/bin/sh
+exec /opt/host-libs/ld-linux-x86-64.so.2 --library-path /opt/cpython-$v/lib:/opt/host-libs --argv0 "\$0" /opt/cpython-$v/bin/python$v.host "\$@"
+EOF2
+  chmod +x "$dest/bin/python$v"
+  ln -sf "python$v" "$dest/bin/python3"
+  in_root "$(root_python "$v")" -c 'import ssl, sys, sysconfig; assert sysconfig.get_config_var("SOABI").startswith("cpython-'"${v/./}"'"), sysconfig.get_config_var("SOABI"); print(sys.version.split()[0], sys.executable)' >>"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "the borrowed CPython $v does not run in the root"; }
+  ok "CPython $v: borrowed frontend $(basename "$hp") runs in the root (build tools and glibc for the wheel: the root's)"
+}
 ensure_cpython() {
   local v="$1" suite="${suite_of[$1]:-}"
   [ -x "$root$(root_python "$v")" ] && return 0
+  if [ -n "${borrowed[$v]:-}" ]; then borrow_cpython "$v"; return 0; fi
   [ -n "$suite" ] || die "no Debian source package known for CPython $v"
   local apt="$src/build-manylinux/apt" cache="$src/build-manylinux/cpython-src"
   local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
@@ -214,6 +256,9 @@ build_one() {
   tar -C "$root/build-wheel-$v" -czf "$out/dist/devbuf-$ver-$tag-$plat-debug.tar.gz" debug
   ok "[$tag] debug files: devbuf-$ver-$tag-$plat-debug.tar.gz (gdb: set debug-file-directory <unpacked>/debug)"
 
+  if [ -n "${borrowed[$v]:-}" ]; then
+    ok "[$tag] root checks not run: the borrowed interpreter runs on this machine's glibc, so they would prove nothing (the cp39/cp311/cp313 wheels, same C build, are checked there)"
+  else
   step "[$tag] in the root: pip installs the wheel; devbuf-info and the smoke script"
   uvenv=/opt/user-venv-$v
   rm -rf "$root$uvenv"
@@ -238,6 +283,7 @@ build_one() {
   grep -q "is not a supported wheel on this platform" "$out/refused-root-$tag.txt" \
     || { cat "$out/refused-root-$tag.txt" >&2; die "[$tag] pip refused $newwheel for another reason"; }
   ok "[$tag] root: pip refuses $newwheel: is not a supported wheel on this platform"
+  fi
 
   step "[$tag] on this machine: CPython $v installs the wheel; devbuf-info and the smoke script"
   local hpy hv
