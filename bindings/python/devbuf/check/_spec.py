@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 
 def import_foreign(module: str) -> Any:
@@ -18,6 +21,14 @@ def import_foreign(module: str) -> Any:
     them installed, so their modules, and the arrays and callables they make,
     are Any throughout devbuf.check."""
     return importlib.import_module(module)
+
+
+
+def as_buffer(a: npt.NDArray[Any]) -> Buffer:
+    """a itself, typed as the buffer it is at run time on every Python: NumPy's
+    stubs give ndarray its __buffer__ (PEP 688) only from Python 3.12, so before
+    that devbuf.from_host(a) would not type-check."""
+    return cast("Buffer", a)
 
 
 # Plain dtypes every factory is asked for (NumPy spelling).
