@@ -317,7 +317,13 @@ def release_schema(schema: ArrowSchema) -> bool:
     return not schema.release
 
 
-__all__ = [n for n in dir() if n.startswith(("PyBUF_", "Arrow", "ARROW"))] + [
+# (a literal list: type checkers and stubtest read __all__ statically)
+__all__ = [
+    "ARROW_DEVICE_CPU", "ARROW_FORMATS", "ArrowArray", "ArrowDeviceArray", "ArrowSchema",
+    "PyBUF_ANY_CONTIGUOUS", "PyBUF_CONTIG", "PyBUF_CONTIG_RO", "PyBUF_C_CONTIGUOUS",
+    "PyBUF_FORMAT", "PyBUF_FULL", "PyBUF_FULL_RO", "PyBUF_F_CONTIGUOUS", "PyBUF_INDIRECT",
+    "PyBUF_ND", "PyBUF_RECORDS", "PyBUF_RECORDS_RO", "PyBUF_SIMPLE", "PyBUF_STRIDED",
+    "PyBUF_STRIDED_RO", "PyBUF_STRIDES", "PyBUF_WRITABLE",
     "ALL_REQUESTS", "TEST_BUFFER_REQUESTS", "Answer", "Held", "Py_buffer", "c_strides",
     "capsule_name", "capsule_struct", "f_strides", "getbuffer", "is_contiguous",
     "release_array", "release_schema", "request_name"]
