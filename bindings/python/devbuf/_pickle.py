@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 # (metadata dict, payload) -> the rebuilt object: what __reduce_ex__ hands pickle
 _Rebuild = Callable[[Dict[str, Any], "Buffer"], object]
+_Payload = Union[pickle.PickleBuffer, bytes]
 
 __all__ = [
     "MissingDeviceError",
@@ -158,10 +159,10 @@ def _c_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
 
 
 def _reduce(obj: Union[_devbuf.DeviceBuffer, _devbuf.DeviceView],
-            protocol: int) -> Tuple[_Rebuild, Tuple[Dict[str, Any], Union[pickle.PickleBuffer, bytes]]]:
+            protocol: int) -> Tuple[_Rebuild, Tuple[Dict[str, Any], _Payload]]:
     """__reduce_ex__ of DeviceBuffer and DeviceView."""
     rebuild: _Rebuild
-    payload: Union[pickle.PickleBuffer, bytes]
+    payload: _Payload
     if isinstance(obj, _devbuf.DeviceBuffer):
         dev = obj.device
         meta = _metadata(obj, dev.identifier, dev.ordinal)
@@ -235,7 +236,8 @@ def _rebuild_buffer(meta: Dict[str, Any], payload: Buffer) -> _devbuf.DeviceBuff
             f"devbuf: pickled buffer metadata version {meta.get('v')!r} is not supported "
             f"here (this devbuf reads version {_META_VERSION})")
     device = _open_device(meta["identifier"], meta["ordinal"])
-    return _devbuf._pickle_rebuild("cpu" if device is None else device, payload, meta["shape"], meta["format"],
+    return _devbuf._pickle_rebuild("cpu" if device is None else device, payload,
+                                   meta["shape"], meta["format"],
                                    meta["itemsize"], meta["readonly"])
 
 

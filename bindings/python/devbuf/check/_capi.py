@@ -45,8 +45,10 @@ TEST_BUFFER_REQUESTS: Tuple[int, ...] = (
     PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS, PyBUF_FULL, PyBUF_FULL_RO, PyBUF_RECORDS,
     PyBUF_RECORDS_RO, PyBUF_STRIDED, PyBUF_STRIDED_RO, PyBUF_CONTIG, PyBUF_CONTIG_RO,
 )
-TEST_BUFFER_REAL_FLAGS: Tuple[int, ...] = (0, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_WRITABLE | PyBUF_FORMAT)
-ALL_REQUESTS: Tuple[int, ...] = tuple(sorted({r | b for r in TEST_BUFFER_REQUESTS for b in TEST_BUFFER_REAL_FLAGS}))
+TEST_BUFFER_REAL_FLAGS: Tuple[int, ...] = (0, PyBUF_WRITABLE, PyBUF_FORMAT,
+                                           PyBUF_WRITABLE | PyBUF_FORMAT)
+ALL_REQUESTS: Tuple[int, ...] = tuple(sorted({r | b for r in TEST_BUFFER_REQUESTS
+                                              for b in TEST_BUFFER_REAL_FLAGS}))
 
 FLAG_NAMES = (("WRITABLE", 0x1), ("FORMAT", 0x4), ("ND", 0x8), ("STRIDES", 0x10),
               ("C_CONTIGUOUS", 0x20), ("F_CONTIGUOUS", 0x40), ("ANY_CONTIGUOUS", 0x80),
@@ -287,8 +289,9 @@ ARROW_DEVICE_CPU = 1
 
 # Arrow format string -> NumPy dtype string, for the primitive types the kit
 # value-checks (the Arrow C data interface's table).
-ARROW_FORMATS: Dict[str, str] = {"b": "?", "c": "i1", "C": "u1", "s": "i2", "S": "u2", "i": "i4", "I": "u4",
-                 "l": "i8", "L": "u8", "e": "f2", "f": "f4", "g": "f8"}
+ARROW_FORMATS: Dict[str, str] = {
+    "b": "?", "c": "i1", "C": "u1", "s": "i2", "S": "u2", "i": "i4", "I": "u4", "l": "i8",
+    "L": "u8", "e": "f2", "f": "f4", "g": "f8"}
 
 
 def capsule_name(cap: object) -> Optional[str]:

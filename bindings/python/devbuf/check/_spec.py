@@ -32,8 +32,9 @@ def as_buffer(a: npt.NDArray[Any]) -> Buffer:
 
 
 # Plain dtypes every factory is asked for (NumPy spelling).
-PLAIN_DTYPES: Tuple[str, ...] = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                "float16", "float32", "float64", "complex64", "complex128")
+PLAIN_DTYPES: Tuple[str, ...] = (
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128")
 
 # Record dtypes: the layouts whose PEP 3118 formats exporters get wrong.
 RECORD_DTYPES: Dict[str, Callable[[], np.dtype[Any]]] = {
