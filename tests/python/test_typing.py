@@ -96,8 +96,8 @@ def test_mypy_catches_misuse(mypy_cache, tmp_path):
         "devbuf.from_host(b'x').no_such_attribute\n"
         "v = devbuf.view(b'x', writeable=True)\n"            # misspelt keyword
         "import devbuf.check\n"
-        "ok: bool = devbuf.check.producer(bytes).results\n"  # a Dict[str, Result]
-        "devbuf.check.consumer(bytes, protocol=5)\n"          # protocol is a str
+        "ok: bool = devbuf.check.producer(lambda s: s.numpy()).results\n"  # a Dict
+        "devbuf.check.consumer(lambda p: p, protocol=5)\n"              # protocol: a str
         "devbuf.check.ArraySpec('int8', layout='C').shape[0].upper()\n")  # an int
     r = _mypy(mypy_cache, "--strict", "--follow-imports=silent", str(bad), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
