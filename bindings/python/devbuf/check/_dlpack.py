@@ -92,9 +92,10 @@ FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 KDLCPU, KDLCUDA, KDLCUDAHOST, KDLEXTDEV = 1, 2, 3, 12
 
 # Static names: the capsule keeps only the pointer.
-NAMES: Dict[bytes, Array[ctypes.c_char]] = {n: ctypes.create_string_buffer(n) for n in
-         (b"dltensor", b"dltensor_versioned", b"used_dltensor", b"used_dltensor_versioned",
-          b"not_a_tensor")}
+NAMES: Dict[bytes, Array[ctypes.c_char]] = {
+    n: ctypes.create_string_buffer(n) for n in
+    (b"dltensor", b"dltensor_versioned", b"used_dltensor", b"used_dltensor_versioned",
+     b"not_a_tensor")}
 
 # address -> (struct, arrays, producer): kept until the deleter runs
 _live: Dict[int, Tuple[Union[DLManagedTensor, DLManagedTensorVersioned],
