@@ -11,14 +11,15 @@ so that the tool loads and lists them with their origin. Installed by cmake/pyth
 """
 import os
 import sys
+from typing import List
 
 
-def executable():
+def executable() -> str:
     """Path of the native devbuf-info shipped in this package."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "devbuf-info")
 
 
-def main():
+def main() -> int:
     exe = executable()
     if not os.access(exe, os.X_OK):
         sys.stderr.write("devbuf-info: the native tool is missing or not executable: %s\n" % exe)
@@ -26,7 +27,7 @@ def main():
     sys.stdout.flush()
     sys.stderr.flush()
     args = sys.argv[1:]
-    extra = []
+    extra: List[str] = []
     if "format" not in args and "-h" not in args and "--help" not in args:
         try:
             from devbuf._plugins import _launcher_args

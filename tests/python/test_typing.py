@@ -1,11 +1,14 @@
 """The package is typed (issue 32): py.typed and stubs for the whole public
 API, checked the way a user's tools see them.
 
-- ``mypy --strict`` on tests/typing/uses_every_name.py, a user script that
-  touches every public name, passes; and the script runs;
+- ``mypy --strict`` on tests/typing/uses_every_name.py and
+  uses_every_check_name.py, user scripts that touch every public name of
+  devbuf and of devbuf.check (the conformance kit), passes; and they run;
 - mypy catches misuse (the stubs are not Any in disguise);
 - ``stubtest`` finds the stubs (devbuf/_devbuf.pyi, devbuf/_pyplugin.pyi and
-  the annotated .py modules) consistent with the built extension.
+  the annotated .py modules, devbuf.check's included) consistent with the
+  built extension, and mypy finds no error in the package under --strict's
+  flags (tests/typing/stubtest-mypy.ini).
 
 Works on the build tree (DEVBUF_BUILD_DIR) and on an installed package
 (scripts/test-pip-install.sh): mypy is pointed at whichever devbuf imports.
@@ -24,6 +27,7 @@ pytest.importorskip("mypy", reason="mypy is pinned in requirements.txt; not in t
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "typing" / "uses_every_name.py"
+CHECK_SCRIPT = REPO / "tests" / "typing" / "uses_every_check_name.py"
 PKG = pathlib.Path(devbuf.__file__).resolve().parent
 
 
@@ -60,8 +64,9 @@ def test_package_ships_py_typed_and_stubs():
         assert (PKG / "_pyplugin.pyi").is_file()
 
 
-def test_mypy_strict_on_a_script_using_every_public_name(mypy_cache, tmp_path):
-    r = _mypy(mypy_cache, "--strict", "--follow-imports=silent", str(SCRIPT), cwd=tmp_path)
+def test_mypy_strict_on_scripts_using_every_public_name(mypy_cache, tmp_path):
+    r = _mypy(mypy_cache, "--strict", "--follow-imports=silent", str(SCRIPT), str(CHECK_SCRIPT),
+              cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     # Every name of __all__ is used, so a new public name needs the script (and a stub).
     text = SCRIPT.read_text()
@@ -69,10 +74,15 @@ def test_mypy_strict_on_a_script_using_every_public_name(mypy_cache, tmp_path):
     missing = [n for n in devbuf.__all__ if f"devbuf.{n}" not in text]
     missing += [n for n in P.__all__ if f"P.{n}" not in text and f"plugin.{n}" not in text]
     assert not missing, f"{SCRIPT.name} does not use {missing}"
+    import devbuf.check as K
+    text = CHECK_SCRIPT.read_text()
+    missing = [n for n in K.__all__ if f"check.{n}" not in text]
+    assert not missing, f"{CHECK_SCRIPT.name} does not use devbuf.check's {missing}"
 
 
-def test_the_script_runs(devbuf_env, tmp_path):
-    r = subprocess.run([sys.executable, str(SCRIPT)], env=devbuf_env, cwd=tmp_path,
+@pytest.mark.parametrize("script", [SCRIPT, CHECK_SCRIPT], ids=lambda p: p.stem)
+def test_the_script_runs(devbuf_env, tmp_path, script):
+    r = subprocess.run([sys.executable, str(script)], env=devbuf_env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -84,17 +94,21 @@ def test_mypy_catches_misuse(mypy_cache, tmp_path):
         "d: devbuf.Device = devbuf.device(3)\n"              # spec must be a str or Device
         "n: str = devbuf.empty(4).nbytes\n"                  # an int
         "devbuf.from_host(b'x').no_such_attribute\n"
-        "v = devbuf.view(b'x', writeable=True)\n")           # misspelt keyword
+        "v = devbuf.view(b'x', writeable=True)\n"            # misspelt keyword
+        "import devbuf.check\n"
+        "ok: bool = devbuf.check.producer(lambda s: s.numpy()).results\n"  # a Dict
+        "devbuf.check.consumer(lambda p: p, protocol=5)\n"              # protocol: a str
+        "devbuf.check.ArraySpec('int8', layout='C').shape[0].upper()\n")  # an int
     r = _mypy(mypy_cache, "--strict", "--follow-imports=silent", str(bad), cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
-    for line in (2, 3, 4, 5):
+    for line in (2, 3, 4, 5, 7, 8, 9):
         assert f"misuse.py:{line}: error" in r.stdout, r.stdout
 
 
 def test_stubtest_against_the_built_extension(mypy_cache, tmp_path):
     env, _ = _mypy_env(mypy_cache)
-    # devbuf.check (the conformance kit) is not typed yet: its mypy errors are
-    # ignored and its members left out (tests/typing/stubtest-*); the rest is checked.
+    # The whole package, devbuf.check included, under --strict's flags
+    # (tests/typing/stubtest-mypy.ini): a mypy error anywhere in devbuf fails it.
     typing_dir = REPO / "tests" / "typing"
     argv = [sys.executable, "-m", "mypy.stubtest", "devbuf",
             "--mypy-config-file", str(typing_dir / "stubtest-mypy.ini"),

@@ -28,7 +28,8 @@ def _libdir() -> Optional[str]:
 
     for e in _devbuf.search_path():
         if not e["is_file"] and e["source"] in ("install", "build tree"):
-            return os.path.dirname(os.path.dirname(os.path.realpath(e["path"])))
+            path: str = e["path"]
+            return os.path.dirname(os.path.dirname(os.path.realpath(path)))
     return None
 
 

@@ -6,7 +6,7 @@ only gives its result Python types. docs/format-strings.md is the grammar.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, TypedDict
 
 from . import _devbuf
 
@@ -25,12 +25,22 @@ class DTypeDesc:
     plain_format: str
 
 
+class Alternative(TypedDict):
+    """One ``id$payload`` alternative of a custom item, as the engine read it."""
+
+    id: str
+    payload: str
+    offset: int  # where it starts in the format string
+    state: str  # what the dtype registry made of it
+    status: str  # the error status name, or ""
+
+
 @dataclass(frozen=True)
 class Custom:
     """A ``[id$payload;alt$payload]`` item: every alternative as written, and
     which one (``chosen``, -1 if none) gave the layout."""
 
-    alternatives: Tuple[dict, ...]
+    alternatives: Tuple[Alternative, ...]
     chosen: int
     is_complex: bool
     desc: Optional[DTypeDesc]
@@ -52,7 +62,7 @@ Format = _devbuf.Format
 Field = _devbuf.Field
 
 
-def _make_custom(c: dict) -> Custom:
+def _make_custom(c: Dict[str, Any]) -> Custom:
     desc = DTypeDesc(**c["desc"]) if c["desc"] is not None else None
     return Custom(tuple(c["alternatives"]), c["chosen"], c["is_complex"], desc)
 

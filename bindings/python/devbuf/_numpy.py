@@ -1,7 +1,7 @@
 """devbuf.to_numpy(): host memory to NumPy for the dtypes NumPy's buffer reader refuses."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Dict, Union
 
 if TYPE_CHECKING:  # numpy is imported only when to_numpy is called
     from numpy.typing import NDArray
@@ -16,7 +16,7 @@ class _Pinned:
 
     __slots__ = ("_export", "__array_interface__")
 
-    def __init__(self, export, interface):
+    def __init__(self, export: memoryview, interface: Dict[str, Any]) -> None:
         self._export = export
         self.__array_interface__ = interface
 

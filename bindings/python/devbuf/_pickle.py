@@ -40,9 +40,16 @@ import contextlib
 import contextvars
 import os
 import pickle
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from . import _devbuf
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+# (metadata dict, payload) -> the rebuilt object: what __reduce_ex__ hands pickle
+_Rebuild = Callable[[Dict[str, Any], "Buffer"], object]
+_Payload = Union[pickle.PickleBuffer, bytes]
 
 __all__ = [
     "MissingDeviceError",
@@ -129,7 +136,8 @@ atexit.register(_devbuf._pickle_staging_cache, 0)
 
 # ---- pickling -------------------------------------------------------------------------
 
-def _metadata(obj, identifier: str, ordinal: int) -> dict:
+def _metadata(obj: Union[_devbuf.DeviceBuffer, _devbuf.DeviceView], identifier: str,
+              ordinal: int) -> Dict[str, Any]:
     meta = {
         "v": _META_VERSION,
         "identifier": identifier,
@@ -142,7 +150,7 @@ def _metadata(obj, identifier: str, ordinal: int) -> dict:
     return meta
 
 
-def _c_strides(shape, itemsize):
+def _c_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
     strides, s = [], itemsize
     for n in reversed(shape):
         strides.append(s)
@@ -150,8 +158,11 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
-def _reduce(obj, protocol):
+def _reduce(obj: Union[_devbuf.DeviceBuffer, _devbuf.DeviceView],
+            protocol: int) -> Tuple[_Rebuild, Tuple[Dict[str, Any], _Payload]]:
     """__reduce_ex__ of DeviceBuffer and DeviceView."""
+    rebuild: _Rebuild
+    payload: _Payload
     if isinstance(obj, _devbuf.DeviceBuffer):
         dev = obj.device
         meta = _metadata(obj, dev.identifier, dev.ordinal)
@@ -192,7 +203,7 @@ def _reduce(obj, protocol):
 
 # ---- unpickling -----------------------------------------------------------------------
 
-def _open_device(identifier: str, ordinal: int):
+def _open_device(identifier: str, ordinal: int) -> Optional[_devbuf.Device]:
     """The Device to rebuild on, or None when it cannot be opened here and
     the policy says "host". Raises MissingDeviceError under "error"."""
     spec = f"{identifier}:{ordinal}"
@@ -219,17 +230,16 @@ def _open_device(identifier: str, ordinal: int):
         identifier, ordinal, reason)
 
 
-def _rebuild_buffer(meta, payload):
+def _rebuild_buffer(meta: Dict[str, Any], payload: Buffer) -> _devbuf.DeviceBuffer:
     if meta.get("v") != _META_VERSION:
         raise pickle.UnpicklingError(
             f"devbuf: pickled buffer metadata version {meta.get('v')!r} is not supported "
             f"here (this devbuf reads version {_META_VERSION})")
     device = _open_device(meta["identifier"], meta["ordinal"])
-    if device is None:
-        device = "cpu"
-    return _devbuf._pickle_rebuild(device, payload, meta["shape"], meta["format"],
+    return _devbuf._pickle_rebuild("cpu" if device is None else device, payload,
+                                   meta["shape"], meta["format"],
                                    meta["itemsize"], meta["readonly"])
 
 
-def _rebuild_view(meta, payload):
+def _rebuild_view(meta: Dict[str, Any], payload: Buffer) -> _devbuf.DeviceView:
     return _devbuf.view(_rebuild_buffer(meta, payload))

@@ -305,9 +305,9 @@ _lock = threading.RLock()
 _registrations: Dict[int, Registration] = {}
 
 
-def _collect_methods(plugin) -> Dict[str, Callable]:
-    methods = {}
-    missing = []
+def _collect_methods(plugin: object) -> Dict[str, Callable[..., Any]]:
+    methods: Dict[str, Callable[..., Any]] = {}
+    missing: List[str] = []
     for slot, _sig in SLOTS:
         fn = getattr(plugin, slot, None)
         if fn is None:
@@ -323,7 +323,9 @@ def _collect_methods(plugin) -> Dict[str, Callable]:
     return methods
 
 
-def _marked(plugin, attr):
+def _marked(plugin: object, attr: str) -> List[Tuple[Tuple[Any, ...], Callable[..., Any]]]:
+    """(mark, bound method) for each method ext_function or dtype_namespace
+    marked with attr (mark: the tuple the decorator attached)."""
     out = []
     for name in dir(type(plugin)):
         member = getattr(type(plugin), name, None)
@@ -393,7 +395,8 @@ def registrations() -> List[Registration]:
 
 
 def register_dtype_namespace(id: str, interpret: Callable[[str], Any], *,
-                             provider: str = "python", description: str = ""):
+                             provider: str = "python",
+                             description: str = "") -> _pyplugin.Namespace:
     """Register dtype namespace ``id`` whose interpreter is a libffi closure
     around ``interpret(payload) -> mapping or None``. Returns the namespace
     object; ``.unregister()`` (or :func:`unregister_dtype_namespace`) undoes it.

@@ -14,6 +14,10 @@ Command line: ``python -m devbuf.check numpy`` or ``python -m devbuf.check
 mylib.module:factory``; pytest: ``pytest_plugins = ["devbuf.check.pytest_plugin"]``.
 See docs/conformance-kit.md.
 """
+from __future__ import annotations
+
+from typing import List
+
 from ._capi import ALL_REQUESTS, TEST_BUFFER_REQUESTS, Answer, Held, getbuffer, request_name
 from ._consumer import CONSUMER_RULES, LegacyOnly, consumer
 from ._dlpack import Producer as DLPackProducer
@@ -24,7 +28,7 @@ from ._report import FAIL, PASS, RULES, SKIP, SPECS, Report, Result, Rule
 from ._spec import LAYOUTS, PLAIN_DTYPES, RECORD_DTYPES, SHAPES, ArraySpec, default_cases
 
 
-def target(name):
+def target(name: str) -> Target:
     """The built-in Target for a library name (see TARGETS)."""
     try:
         return TARGETS[name]()
@@ -33,9 +37,9 @@ def target(name):
                          "pass module:factory") from None
 
 
-def run_target(t, *, consumers=True):
+def run_target(t: Target, *, consumers: bool = True) -> List[Report]:
     """Producer reports for each factory of Target t, then consumer reports."""
-    reports = []
+    reports: List[Report] = []
     for label, factory in t.factories.items():
         reports.append(producer(factory, name=label, cases=t.cases, dtypes=t.dtypes))
     if consumers:

@@ -20,16 +20,18 @@ import json
 import subprocess
 import sys
 import time
+from typing import Any, Dict, List, Optional, Sequence
 
-from . import RULES, TARGETS, consumer, producer, run_target, target
+from . import RULES, TARGETS, Report, consumer, producer, run_target, target
 from ._factories import Unavailable
 
 # Targets whose import may take long (JAX compiles its CPU client): probed in
 # a subprocess first, skipped cleanly past the timeout.
-SLOW_IMPORTS = {"jax": "jax.numpy"}
+SLOW_IMPORTS: Dict[str, str] = {"jax": "jax.numpy"}
 
 
-def _resolve(spec):
+def _resolve(spec: str) -> Any:
+    # (module:callable names the user's own factory or consumer: a foreign object)
     mod, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit(f"devbuf.check: {spec!r}: expected a built-in target "
@@ -46,7 +48,7 @@ def _resolve(spec):
     return obj
 
 
-def _probe_import(module, timeout):
+def _probe_import(module: str, timeout: float) -> Optional[str]:
     t0 = time.monotonic()
     try:
         r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
@@ -58,8 +60,8 @@ def _probe_import(module, timeout):
     return None if time.monotonic() - t0 < timeout else f"import {module} too slow"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m devbuf.check", description=__doc__.split(
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m devbuf.check", description=(__doc__ or "").split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("targets", nargs="*", help="built-in target or module:factory")
     ap.add_argument("--consumer", action="append", default=[], metavar="MODULE:FN",
@@ -76,14 +78,16 @@ def main(argv=None):
                     "skipped (default 180)")
     a = ap.parse_args(argv)
     if a.list_rules:
-        for r in RULES.values():
-            print(f"{r.id:24} {r.role:8} {r.text}\n{'':33}{r.citation}")
+        for ru in RULES.values():
+            print(f"{ru.id:24} {ru.role:8} {ru.text}\n{'':33}{ru.citation}")
         return 0
     if not a.targets and not a.consumer:
         ap.print_usage(sys.stderr)
         print("devbuf.check: name a target (e.g. numpy) or module:factory", file=sys.stderr)
         return 2
-    reports, skipped, missing = [], {}, []
+    reports: List[Report] = []
+    skipped: Dict[str, str] = {}
+    missing: List[str] = []
     for name in a.targets:
         if ":" not in name:
             if name not in TARGETS:

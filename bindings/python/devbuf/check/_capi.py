@@ -4,9 +4,20 @@ Arrow C (device) data interface structs behind a PyCapsule.
 
 Nothing here needs _testbuffer: the kit runs on any CPython 3.9+.
 """
+from __future__ import annotations
+
 import ctypes
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_ssize_t,
                     c_void_p, py_object)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple, Type, TypeVar,
+                    cast)
+
+if TYPE_CHECKING:  # typeshed's names for ctypes' internal types
+    from ctypes import Array, _Pointer
+
+    from _ctypes import CFuncPtr, _CArgObject, _CData
+
+_S = TypeVar("_S", bound=Structure)
 
 # Request flags (Include/pybuffer.h; stable since Python 3.0).
 PyBUF_SIMPLE = 0
@@ -29,25 +40,38 @@ PyBUF_FULL_RO = PyBUF_INDIRECT | PyBUF_FORMAT
 
 # The requests CPython's Lib/test/test_buffer.py makes of every exporter
 # (its `requests` tuple, crossed with its `real_flags`).
-TEST_BUFFER_REQUESTS = (
+TEST_BUFFER_REQUESTS: Tuple[int, ...] = (
     PyBUF_INDIRECT, PyBUF_STRIDES, PyBUF_ND, PyBUF_SIMPLE, PyBUF_C_CONTIGUOUS,
     PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS, PyBUF_FULL, PyBUF_FULL_RO, PyBUF_RECORDS,
     PyBUF_RECORDS_RO, PyBUF_STRIDED, PyBUF_STRIDED_RO, PyBUF_CONTIG, PyBUF_CONTIG_RO,
 )
-TEST_BUFFER_REAL_FLAGS = (0, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_WRITABLE | PyBUF_FORMAT)
-ALL_REQUESTS = tuple(sorted({r | b for r in TEST_BUFFER_REQUESTS for b in TEST_BUFFER_REAL_FLAGS}))
+TEST_BUFFER_REAL_FLAGS: Tuple[int, ...] = (0, PyBUF_WRITABLE, PyBUF_FORMAT,
+                                           PyBUF_WRITABLE | PyBUF_FORMAT)
+ALL_REQUESTS: Tuple[int, ...] = tuple(sorted({r | b for r in TEST_BUFFER_REQUESTS
+                                              for b in TEST_BUFFER_REAL_FLAGS}))
 
 FLAG_NAMES = (("WRITABLE", 0x1), ("FORMAT", 0x4), ("ND", 0x8), ("STRIDES", 0x10),
               ("C_CONTIGUOUS", 0x20), ("F_CONTIGUOUS", 0x40), ("ANY_CONTIGUOUS", 0x80),
               ("INDIRECT", 0x100))
 
 
-def request_name(flags):
+def request_name(flags: int) -> str:
     names = [n for n, bit in FLAG_NAMES if flags & bit]
     return "PyBUF_" + "|PyBUF_".join(names) if names else "PyBUF_SIMPLE"
 
 
 class Py_buffer(Structure):
+    buf: Optional[int]
+    obj: Optional[int]
+    len: int
+    itemsize: int
+    readonly: int
+    ndim: int
+    format: Optional[bytes]
+    shape: _Pointer[c_ssize_t]
+    strides: _Pointer[c_ssize_t]
+    suboffsets: _Pointer[c_ssize_t]
+    internal: Optional[int]
     _fields_ = [("buf", c_void_p), ("obj", c_void_p), ("len", c_ssize_t),
                 ("itemsize", c_ssize_t), ("readonly", c_int), ("ndim", c_int),
                 ("format", c_char_p), ("shape", POINTER(c_ssize_t)),
@@ -58,6 +82,8 @@ class Py_buffer(Structure):
 class _Padded(Structure):
     """A Py_buffer with room behind it: an exporter that writes the device
     extension's fields unasked (dx.no_unasked_fields) must not corrupt the kit."""
+    view: Py_buffer
+    pad: Array[ctypes.c_char]
     _fields_ = [("view", Py_buffer), ("pad", ctypes.c_char * 64)]
 
 
@@ -66,8 +92,17 @@ class _Api:
     ctypes.pythonapi attributes: another module (a test suite) setting their
     argtypes to its own Py_buffer class would break every call here."""
 
+    # The prototypes the kit sets (here and in _dlpack), as the kit calls them.
+    PyObject_GetBuffer: Callable[[object, _CArgObject, int], int]
+    PyBuffer_Release: Callable[[_CArgObject], None]
+    PyCapsule_GetName: Callable[[object], Optional[bytes]]
+    PyCapsule_GetPointer: Callable[[object, Optional[bytes]], Optional[int]]
+    PyCapsule_New: Callable[[int, Array[ctypes.c_char], CFuncPtr], object]
+    PyCapsule_IsValid: Callable[[object, Optional[bytes]], int]
+    PyCapsule_SetName: Callable[[object, Array[ctypes.c_char]], int]
+
     @staticmethod
-    def make(name, restype, *argtypes):
+    def make(name: str, restype: Optional[Type[_CData]], *argtypes: Type[_CData]) -> CFuncPtr:
         return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
 
 
@@ -87,14 +122,26 @@ class Answer:
 
     __slots__ = ("flags", "buf", "obj", "len", "itemsize", "readonly", "ndim", "format",
                  "shape", "strides", "suboffsets", "data")
+    flags: int
+    buf: int
+    obj: Optional[int]
+    len: int
+    itemsize: int
+    readonly: int
+    ndim: int
+    format: Optional[bytes]
+    shape: Optional[Tuple[int, ...]]
+    strides: Optional[Tuple[int, ...]]
+    suboffsets: Optional[Tuple[int, ...]]
+    data: Optional[bytes]
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__slots__ if k not in ("data", "buf", "obj")}
         d["format"] = self.format.decode("latin-1") if self.format is not None else None
         return d
 
 
-def _gather(buf, shape, strides, itemsize):
+def _gather(buf: int, shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bytes:
     """The items an answer describes, in C order, read from the host."""
     if not shape:
         return ctypes.string_at(buf, itemsize)
@@ -116,7 +163,7 @@ def _gather(buf, shape, strides, itemsize):
     return bytes(out)
 
 
-def c_strides(shape, itemsize):
+def c_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
     out, st = [], itemsize
     for n in reversed(shape):
         out.append(st)
@@ -124,7 +171,7 @@ def c_strides(shape, itemsize):
     return tuple(reversed(out))
 
 
-def f_strides(shape, itemsize):
+def f_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
     out, st = [], itemsize
     for n in shape:
         out.append(st)
@@ -132,7 +179,8 @@ def f_strides(shape, itemsize):
     return tuple(out)
 
 
-def is_contiguous(shape, strides, itemsize, order):
+def is_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int,
+                  order: str) -> bool:
     """CPython's PyBuffer_IsContiguous for a strided answer: size-1 and
     empty dimensions never break contiguity."""
     if 0 in shape:
@@ -141,7 +189,7 @@ def is_contiguous(shape, strides, itemsize, order):
     return all(n == 1 or s == w for n, s, w in zip(shape, strides, want))
 
 
-def getbuffer(obj, flags, gather=True):
+def getbuffer(obj: object, flags: int, gather: bool = True) -> Answer:
     """Make request `flags` of obj as a C consumer would; return an Answer, or
     raise what the exporter raised. The export is released before return."""
     padded = _Padded()
@@ -174,13 +222,13 @@ def getbuffer(obj, flags, gather=True):
 class Held:
     """An export kept open (for export-count checks); release() once."""
 
-    def __init__(self, obj, flags):
+    def __init__(self, obj: object, flags: int) -> None:
         self._padded = _Padded()
         self.view = self._padded.view
         _api.PyObject_GetBuffer(obj, ctypes.byref(self.view), flags)
         self.open = True
 
-    def release(self):
+    def release(self) -> None:
         if self.open:
             self.open = False
             _api.PyBuffer_Release(ctypes.byref(self.view))
@@ -188,7 +236,15 @@ class Held:
 
 # ---- the Arrow C data interface and C device data interface -------------------------
 class ArrowSchema(Structure):
-    pass
+    format: Optional[bytes]
+    name: Optional[bytes]
+    metadata: Optional[bytes]
+    flags: int
+    n_children: int
+    children: _Pointer[_Pointer[ArrowSchema]]
+    dictionary: _Pointer[ArrowSchema]
+    release: Optional[int]
+    private_data: Optional[int]
 
 
 ArrowSchema._fields_ = [
@@ -198,7 +254,16 @@ ArrowSchema._fields_ = [
 
 
 class ArrowArray(Structure):
-    pass
+    length: int
+    null_count: int
+    offset: int
+    n_buffers: int
+    n_children: int
+    buffers: _Pointer[c_void_p]
+    children: _Pointer[_Pointer[ArrowArray]]
+    dictionary: _Pointer[ArrowArray]
+    release: Optional[int]
+    private_data: Optional[int]
 
 
 ArrowArray._fields_ = [
@@ -209,6 +274,11 @@ ArrowArray._fields_ = [
 
 
 class ArrowDeviceArray(Structure):
+    array: ArrowArray
+    device_id: int
+    device_type: int
+    sync_event: Optional[int]
+    reserved: Array[c_int64]
     _fields_ = [("array", ArrowArray), ("device_id", c_int64), ("device_type", c_int32),
                 ("sync_event", c_void_p), ("reserved", c_int64 * 3)]
 
@@ -219,16 +289,17 @@ ARROW_DEVICE_CPU = 1
 
 # Arrow format string -> NumPy dtype string, for the primitive types the kit
 # value-checks (the Arrow C data interface's table).
-ARROW_FORMATS = {"b": "?", "c": "i1", "C": "u1", "s": "i2", "S": "u2", "i": "i4", "I": "u4",
-                 "l": "i8", "L": "u8", "e": "f2", "f": "f4", "g": "f8"}
+ARROW_FORMATS: Dict[str, str] = {
+    "b": "?", "c": "i1", "C": "u1", "s": "i2", "S": "u2", "i": "i4", "I": "u4", "l": "i8",
+    "L": "u8", "e": "f2", "f": "f4", "g": "f8"}
 
 
-def capsule_name(cap):
+def capsule_name(cap: object) -> Optional[str]:
     name = _api.PyCapsule_GetName(cap)
     return None if name is None else name.decode("latin-1")
 
 
-def capsule_struct(cap, struct):
+def capsule_struct(cap: object, struct: Type[_S]) -> _S:
     name = _api.PyCapsule_GetName(cap)
     addr = _api.PyCapsule_GetPointer(cap, name)
     if not addr:
@@ -236,19 +307,26 @@ def capsule_struct(cap, struct):
     return struct.from_address(addr)
 
 
-def release_array(arr):
+def release_array(arr: ArrowArray) -> bool:
     """Call an ArrowArray's release callback, as a consumer that moved it out
-    does; returns whether it marked itself released (release = NULL)."""
-    RELEASE_ARRAY(arr.release)(ctypes.byref(arr))
+    does; returns whether it marked itself released (release = NULL). The
+    caller checked that release is not NULL."""
+    RELEASE_ARRAY(cast(int, arr.release))(ctypes.byref(arr))
     return not arr.release
 
 
-def release_schema(schema):
-    RELEASE_SCHEMA(schema.release)(ctypes.byref(schema))
+def release_schema(schema: ArrowSchema) -> bool:
+    RELEASE_SCHEMA(cast(int, schema.release))(ctypes.byref(schema))
     return not schema.release
 
 
-__all__ = [n for n in dir() if n.startswith(("PyBUF_", "Arrow", "ARROW"))] + [
+# (a literal list: type checkers and stubtest read __all__ statically)
+__all__ = [
+    "ARROW_DEVICE_CPU", "ARROW_FORMATS", "ArrowArray", "ArrowDeviceArray", "ArrowSchema",
+    "PyBUF_ANY_CONTIGUOUS", "PyBUF_CONTIG", "PyBUF_CONTIG_RO", "PyBUF_C_CONTIGUOUS",
+    "PyBUF_FORMAT", "PyBUF_FULL", "PyBUF_FULL_RO", "PyBUF_F_CONTIGUOUS", "PyBUF_INDIRECT",
+    "PyBUF_ND", "PyBUF_RECORDS", "PyBUF_RECORDS_RO", "PyBUF_SIMPLE", "PyBUF_STRIDED",
+    "PyBUF_STRIDED_RO", "PyBUF_STRIDES", "PyBUF_WRITABLE",
     "ALL_REQUESTS", "TEST_BUFFER_REQUESTS", "Answer", "Held", "Py_buffer", "c_strides",
     "capsule_name", "capsule_struct", "f_strides", "getbuffer", "is_contiguous",
     "release_array", "release_schema", "request_name"]

@@ -9,12 +9,20 @@ of) the producer wrongly is a failure.
 from __future__ import annotations
 
 import gc
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _dlpack as D
-from ._report import Report, RULES, rule
-from ._spec import ArraySpec, same_values
+from ._report import Report, Rule, RULES, rule
+from ._spec import ArraySpec, as_buffer, same_values
+
+# A consumer under test: fn(producer) -> what it made of it. Both are foreign
+# objects (an array of the consumer's library, whatever it accepts): Any.
+ConsumerFn = Callable[[Any], Any]
+# read(result, spec) -> a NumPy array of the values the consumer's result holds
+ResultReader = Callable[[Any, ArraySpec], npt.NDArray[Any]]
 
 C_ = "consumer"
 C_VALUES = rule("c.values", C_, "buffer", "a C-contiguous array: the minimum every consumer "
@@ -57,28 +65,28 @@ C_MAXV = rule("c.max_version", C_, "dlpack", "from_dlpack passes max_version (ar
               "the consumer asks with max_version, and reads a legacy-only producer "
               "(TypeError on max_version) right or refuses it")
 
-CONSUMER_RULES = [r for r in RULES.values() if r.role == C_]
+CONSUMER_RULES: List[Rule] = [r for r in RULES.values() if r.role == C_]
 
 
 class LegacyOnly:
     """A producer with the pre-2023 signature: __dlpack__(stream=None)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner: D.Producer) -> None:
         self.inner = inner
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream: object = None) -> object:
         return self.inner.__dlpack__(stream=stream)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, ...]:
         return self.inner.__dlpack_device__()
 
 
-def default_read(result, spec=None):
+def default_read(result: Any, spec: Optional[ArraySpec] = None) -> npt.NDArray[Any]:
     from ._producer import to_numpy
     return to_numpy(result)
 
 
-def _writable_alias(result, src):
+def _writable_alias(result: Any, src: npt.NDArray[Any]) -> bool:
     """Is result a writable view of src's memory?"""
     if isinstance(result, np.ndarray):
         return result.flags.writeable and np.may_share_memory(result, src)
@@ -94,8 +102,9 @@ def _writable_alias(result, src):
     return not m.readonly and np.may_share_memory(np.asarray(m), src)
 
 
-def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "float64"),
-             setup=""):
+def consumer(fn: ConsumerFn, protocol: str = "dlpack", *, name: Optional[str] = None,
+             read: Optional[ResultReader] = None, dtypes: Iterable[str] = ("int32", "float64"),
+             setup: str = "") -> Report:
     """Feed consumer `fn` devbuf's adversarial producers through `protocol`
     ("dlpack" or "buffer") and return a Report. `read(result, spec)` turns what
     fn returned into a NumPy array of spec's values (default: DLPack, then the
@@ -110,12 +119,13 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
     rep = Report(f"{label} ({protocol})", "consumer", CONSUMER_RULES)
     call = f"{label}(producer)"
 
-    def repro(spec, make):
+    def repro(spec: ArraySpec, make: str) -> str:
         head = "import devbuf, devbuf.check, numpy as np\nfrom devbuf.check import ArraySpec\n"
         return (head + (setup + "\n" if setup else "") +
                 f"spec = {spec}\nproducer = {make}\nresult = {call}")
 
-    def feed(rid, spec, producer, make, *, must_accept=False, device=False):
+    def feed(rid: str, spec: ArraySpec, producer: object, make: str, *, must_accept: bool = False,
+             device: bool = False) -> Any:
         try:
             result = fn(producer)
         except Exception as e:  # noqa: BLE001 - refusing is the consumer's right
@@ -151,7 +161,7 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
         rep.passed(rid)
         return result
 
-    def producer_for(spec):
+    def producer_for(spec: ArraySpec) -> Tuple[object, str]:
         a = spec.numpy()
         if protocol == "buffer":
             return devbuf.view(a), "devbuf.view(spec.numpy())"
@@ -212,17 +222,17 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
         rep.skipped(C_DEVICE, f"devbuf.sim not available: {e}")
     else:
         spec = ArraySpec("int32", (3, 4), "C")
-        dev = devbuf.from_host(spec.numpy(), device=sim)
+        dev = devbuf.from_host(as_buffer(spec.numpy()), device=sim)
         feed(C_DEVICE, spec, dev, "devbuf.from_host(spec.numpy(), device='devbuf.sim')",
              device=True)
         del dev
 
     # keep-alive and release: a producer that owns its memory (devbuf)
     spec = ArraySpec("float64", (64,), "C")
-    src = devbuf.from_host(spec.numpy())
+    owner = devbuf.from_host(as_buffer(spec.numpy()))
     make = "devbuf.from_host(spec.numpy())"
     try:
-        result = fn(src)
+        result = fn(owner)
     except Exception as e:  # noqa: BLE001
         rep.skipped(C_KEEPALIVE, f"refused ({type(e).__name__}: {e})")
         rep.skipped(C_RELEASE, "refused")
@@ -231,8 +241,9 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
         # producer, a result that points into its memory must hold an export (a
         # buffer export, or an unconsumed-then-kept DLPack tensor), or the memory
         # goes when the caller's last reference does.
-        exports = src.exports
-        lo, hi = src.ptr, src.ptr + src.nbytes
+        exports = owner.exports
+        lo, hi = owner.ptr, owner.ptr + owner.nbytes
+        got: Union[npt.NDArray[Any], Exception]
         try:
             got = read(result, spec)
             ptr = got.__array_interface__["data"][0] if got.size else None
@@ -245,7 +256,7 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
                        repro(spec, make) + "\nprint(producer.exports)  # 0, and result "
                        "aliases producer.ptr")
         else:
-            del src  # (alive still if the result holds an export: that is the point)
+            del owner  # (alive still if the result holds an export: that is the point)
             gc.collect()
             try:
                 got = read(result, spec)
@@ -259,7 +270,7 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
                            f" read {got!r:.60}", str(spec), repro(spec, make) +
                            "\ndel producer; import gc; gc.collect(); print(result)")
         if protocol == "buffer":
-            src2 = devbuf.from_host(spec.numpy())
+            src2 = devbuf.from_host(as_buffer(spec.numpy()))
             r2 = fn(src2)
             held = src2.exports
             del r2
@@ -279,7 +290,8 @@ def consumer(fn, protocol="dlpack", *, name=None, read=None, dtypes=("int32", "f
     return rep
 
 
-def _dlpack_only(rep, fn, read, repro):
+def _dlpack_only(rep: Report, fn: ConsumerFn, read: ResultReader,
+                 repro: Callable[[ArraySpec, str], str]) -> None:
     spec = ArraySpec("int32", (5,), "C")
     a = spec.numpy()
     # release: the deleter runs exactly once when the result dies

@@ -10,22 +10,44 @@ huge ndim, NULL shape, overflowing strides, another major version, an
 unsupported device or dtype. It counts how often each tensor's deleter runs,
 so tests can check "exactly once".
 """
+from __future__ import annotations
+
 import ctypes
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
                     c_uint8, c_uint16, c_uint32, c_uint64, c_void_p, py_object)
+from typing import (TYPE_CHECKING, Any, Dict, List, Literal, Optional, Sequence, Tuple, TypedDict,
+                    Union, cast)
 
 from ._capi import _Api
 
+if TYPE_CHECKING:  # typeshed's names for ctypes' internal types
+    from ctypes import Array, _Pointer
+
+    import numpy.typing as npt
+    from _ctypes import CFuncPtr
+
 
 class DLDevice(Structure):
+    device_type: int
+    device_id: int
     _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
 
 
 class DLDataType(Structure):
+    code: int
+    bits: int
+    lanes: int
     _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
 
 
 class DLTensor(Structure):
+    data: Optional[int]
+    device: DLDevice
+    ndim: int
+    dtype: DLDataType
+    shape: _Pointer[c_int64]
+    strides: _Pointer[c_int64]
+    byte_offset: int
     _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
                 ("dtype", DLDataType), ("shape", POINTER(c_int64)),
                 ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
@@ -35,10 +57,19 @@ DELETER = CFUNCTYPE(None, c_void_p)
 
 
 class DLManagedTensor(Structure):
+    dl_tensor: DLTensor
+    manager_ctx: Optional[int]
+    deleter: CFuncPtr
     _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p), ("deleter", DELETER)]
 
 
 class DLManagedTensorVersioned(Structure):
+    major: int
+    minor: int
+    manager_ctx: Optional[int]
+    deleter: CFuncPtr
+    flags: int
+    dl_tensor: DLTensor
     _fields_ = [("major", c_uint32), ("minor", c_uint32), ("manager_ctx", c_void_p),
                 ("deleter", DELETER), ("flags", c_uint64), ("dl_tensor", DLTensor)]
 
@@ -61,28 +92,34 @@ FLAG_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 KDLCPU, KDLCUDA, KDLCUDAHOST, KDLEXTDEV = 1, 2, 3, 12
 
 # Static names: the capsule keeps only the pointer.
-NAMES = {n: ctypes.create_string_buffer(n) for n in
-         (b"dltensor", b"dltensor_versioned", b"used_dltensor", b"used_dltensor_versioned",
-          b"not_a_tensor")}
+NAMES: Dict[bytes, Array[ctypes.c_char]] = {
+    n: ctypes.create_string_buffer(n) for n in
+    (b"dltensor", b"dltensor_versioned", b"used_dltensor", b"used_dltensor_versioned",
+     b"not_a_tensor")}
 
-_live = {}  # address -> (struct, arrays, producer): kept until the deleter runs
+# address -> (struct, arrays, producer): kept until the deleter runs
+_live: Dict[int, Tuple[Union[DLManagedTensor, DLManagedTensorVersioned],
+                       Tuple[Array[c_int64], Optional[Array[c_int64]], Optional[npt.NDArray[Any]]],
+                       Producer]] = {}
 
 
-@DELETER
-def _deleter(addr):
+def _delete(addr: int) -> None:
     entry = _live.pop(addr, None)
     if entry is not None:
         entry[2].deleted += 1
+
+
+_deleter = DELETER(_delete)
 
 
 # A capsule destructor cannot be written in Python (ctypes would revive the
 # dying capsule), so these capsules have none: the producer keeps every
 # capsule it made, and settle() does what the destructor would do: call the
 # deleter of each capsule that was never consumed.
-_NO_DESTRUCTOR = ctypes.cast(None, CAPSULE_DESTRUCTOR)
+_NO_DESTRUCTOR = ctypes.cast(0, CAPSULE_DESTRUCTOR)  # NULL
 
 
-def live_tensors():
+def live_tensors() -> int:
     return len(_live)
 
 
@@ -94,9 +131,14 @@ class Producer:
     to make it malformed.
     """
 
-    def __init__(self, array=None, *, legacy_only=False, versioned=None, name=None, major=1,
-                 minor=3, flags=0, device=(1, 0), dtype=None, ndim=None, shape=None,
-                 strides="auto", null_shape=False, byte_offset=0, data=None, reuse_capsule=False):
+    def __init__(self, array: Optional[npt.NDArray[Any]] = None, *, legacy_only: bool = False,
+                 versioned: Optional[bool] = None, name: Optional[bytes] = None, major: int = 1,
+                 minor: int = 3, flags: int = 0, device: Sequence[int] = (1, 0),
+                 dtype: Optional[Tuple[int, int, int]] = None, ndim: Optional[int] = None,
+                 shape: Optional[Sequence[int]] = None,
+                 strides: Union[Literal["auto"], Sequence[int], None] = "auto",
+                 null_shape: bool = False, byte_offset: int = 0, data: Optional[int] = None,
+                 reuse_capsule: bool = False) -> None:
         self.array = array
         self.legacy_only = legacy_only
         self.versioned = versioned
@@ -111,20 +153,24 @@ class Producer:
         self.byte_offset = byte_offset
         self.data = data
         self.reuse_capsule = reuse_capsule
-        self._capsule = None
+        self._capsule: Optional[object] = None
         self.deleted = 0
         self.made = 0
-        self.calls = []
-        self.capsules = []
+        self.calls: List[Dict[str, object]] = []  # the arguments of each __dlpack__ call
+        self.capsules: List[Tuple[object, int]] = []  # (capsule, tensor address)
 
-    def _fields(self):
+    def _fields(self) -> Tuple[int, int, int, List[int], Optional[Sequence[int]], int]:
         a = self.array
         if self.dtype is not None:
             code, bits, lanes = self.dtype
         else:
+            if a is None:
+                raise ValueError("Producer: give an array, or dtype=(code, bits, lanes) and the "
+                                 "other fields")
             kind = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}[a.dtype.kind]
             code, bits, lanes = kind, a.dtype.itemsize * 8, 1
         shape = list(self.shape if self.shape is not None else (a.shape if a is not None else ()))
+        strides: Optional[Sequence[int]]
         if self.strides == "auto":
             strides = ([s // a.itemsize for s in a.strides] if a is not None else None)
         else:
@@ -132,7 +178,7 @@ class Producer:
         data = self.data if self.data is not None else (a.ctypes.data if a is not None else 0)
         return code, bits, lanes, shape, strides, data
 
-    def make(self, versioned):
+    def make(self, versioned: bool) -> object:
         code, bits, lanes, shape, strides, data = self._fields()
         nd = self.ndim if self.ndim is not None else len(shape)
         shape_arr = (c_int64 * max(len(shape), 1))(*shape)
@@ -142,12 +188,16 @@ class Producer:
         t.device = DLDevice(*self.device)
         t.ndim = nd
         t.dtype = DLDataType(code, bits, lanes)
-        t.shape = None if self.null_shape else ctypes.cast(shape_arr, POINTER(c_int64))
-        t.strides = ctypes.cast(strides_arr, POINTER(c_int64)) if strides_arr is not None else None
+        # (a new DLTensor's shape and strides are NULL)
+        if not self.null_shape:
+            t.shape = ctypes.cast(shape_arr, POINTER(c_int64))
+        if strides_arr is not None:
+            t.strides = ctypes.cast(strides_arr, POINTER(c_int64))
         t.byte_offset = self.byte_offset
+        m: Union[DLManagedTensor, DLManagedTensorVersioned]
         if versioned:
-            m = DLManagedTensorVersioned()
-            m.major, m.minor, m.flags = self.major, self.minor, self.flags
+            mv = m = DLManagedTensorVersioned()
+            mv.major, mv.minor, mv.flags = self.major, self.minor, self.flags
         else:
             m = DLManagedTensor()
         m.dl_tensor = t
@@ -160,7 +210,7 @@ class Producer:
         self.capsules.append((cap, addr))
         return cap
 
-    def settle(self):
+    def settle(self) -> None:
         """Delete what unconsumed capsules still own, as their destructor would."""
         for cap, addr in self.capsules:
             name = _api.PyCapsule_GetName(cap)
@@ -169,7 +219,9 @@ class Producer:
         self.capsules = []
         self._capsule = None
 
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, stream: object = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None,
+                   copy: Optional[bool] = None) -> object:
         if self.legacy_only and (max_version is not None or dl_device is not None or
                                  copy is not None):
             raise TypeError("__dlpack__() got an unexpected keyword argument")
@@ -185,26 +237,50 @@ class Producer:
             self._capsule = cap
         return cap
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, ...]:
         return tuple(self.device)
 
 
-def capsule_name(cap):
-    return _api.PyCapsule_GetName(cap).decode()
+def capsule_name(cap: object) -> str:
+    # (a DLPack capsule has a name; a nameless one raises AttributeError here)
+    return cast(bytes, _api.PyCapsule_GetName(cap)).decode()
 
 
-def is_capsule(obj):
+def is_capsule(obj: object) -> bool:
     return type(obj).__name__ == "PyCapsule"
 
 
-def read_capsule(cap, any_name=False, versioned=None):
+class CapsuleInfo(TypedDict):
+    """What read_capsule() finds in a DLPack capsule."""
+
+    name: str
+    versioned: bool
+    version: Optional[Tuple[int, int]]  # (major, minor) of a versioned capsule
+    flags: int
+    device: Tuple[int, int]  # (device_type, device_id)
+    ndim: int
+    dtype: Tuple[int, int, int]  # (code, bits, lanes)
+    shape: Tuple[int, ...]
+    null_shape: bool
+    strides: Optional[Tuple[int, ...]]  # None when NULL
+    byte_offset: int
+    data: int
+    has_deleter: bool
+    tensor: DLTensor
+    managed: Union[DLManagedTensor, DLManagedTensorVersioned]
+    address: int
+
+
+def read_capsule(cap: object, any_name: bool = False,
+                 versioned: Optional[bool] = None) -> CapsuleInfo:
     """Everything a DLPack capsule holds, read without consuming it: a dict
     with name, versioned, version, flags, device, ndim, dtype, shape,
     strides (None when NULL), byte_offset, data, has_deleter, tensor (the
     DLTensor), managed (the managed struct) and address. Raises ValueError
     when the capsule has no DLPack name (unless any_name: the kit's broken
     consumers read used capsules on purpose) or a NULL pointer."""
-    name = _api.PyCapsule_GetName(cap)
+    # (None, a nameless capsule, is refused, or with any_name fails below as it always did)
+    name = cast(bytes, _api.PyCapsule_GetName(cap))
     if name not in (b"dltensor", b"dltensor_versioned") and not any_name:
         raise ValueError(f"capsule named {name!r}, not 'dltensor' or 'dltensor_versioned'")
     if versioned is None:
@@ -212,9 +288,11 @@ def read_capsule(cap, any_name=False, versioned=None):
     addr = _api.PyCapsule_GetPointer(cap, name)
     if not addr:
         raise ValueError(f"capsule {name!r} holds a NULL pointer")
+    m: Union[DLManagedTensor, DLManagedTensorVersioned]
+    version: Optional[Tuple[int, int]]
     if versioned:
-        m = DLManagedTensorVersioned.from_address(addr)
-        version, flags = (m.major, m.minor), m.flags
+        mv = m = DLManagedTensorVersioned.from_address(addr)
+        version, flags = (mv.major, mv.minor), mv.flags
     else:
         m = DLManagedTensor.from_address(addr)
         version, flags = None, 0
@@ -233,7 +311,7 @@ def read_capsule(cap, any_name=False, versioned=None):
     }
 
 
-def consume(cap):
+def consume(cap: object) -> CapsuleInfo:
     """Do what a consumer does: rename the capsule to used_*, then call the
     deleter once (as the consumer's own object would when it dies)."""
     info = read_capsule(cap)

@@ -9,16 +9,32 @@ lines in the library's own terms, so that a failure is ready to file.
 from __future__ import annotations
 
 import ctypes
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict,
+                    Union)
 
 import numpy as np
+import numpy.typing as npt
 
-from ._spec import default_cases
-from ._spec import EXTENSION_DTYPES, PLAIN_DTYPES, RECORD_DTYPES, LAYOUTS, ArraySpec
+from ._consumer import ConsumerFn, ResultReader
+from ._producer import Factory, ObjectReader
+from ._spec import default_cases, import_foreign
+from ._spec import EXTENSION_DTYPES, PLAIN_DTYPES, RECORD_DTYPES, LAYOUTS, ArraySpec, as_buffer
+
+
+class ConsumerOptions(TypedDict, total=False):
+    """consumer()'s keyword arguments that a Target gives for one consumer."""
+
+    read: ResultReader
+    setup: str
+
+
+# label -> (fn, protocol) or (fn, protocol, ConsumerOptions)
+ConsumerEntry = Union[Tuple[ConsumerFn, str], Tuple[ConsumerFn, str, ConsumerOptions]]
 
 # ---- NumPy source for a spec (the reproducers' first lines) --------------------------------
 
 
-def numpy_source(spec: ArraySpec, var="a"):
+def numpy_source(spec: ArraySpec, var: str = "a") -> str:
     """Plain NumPy code building `var` with spec's dtype, layout and values."""
     dt = spec.np_dtype
     lines = ["import numpy as np"]
@@ -32,7 +48,7 @@ def numpy_source(spec: ArraySpec, var="a"):
     shape = spec.shape
     n = int(np.prod(shape, dtype=np.int64))
 
-    def fill(count):
+    def fill(count: int) -> str:
         if dt.fields:
             return f"np.zeros({count}, {dts})"
         if dt.kind == "b":
@@ -66,8 +82,10 @@ class Target:
     """A library under test: factories (label -> factory), their dtypes,
     reproducer sources, and the library's consumers (label -> (fn, protocol))."""
 
-    def __init__(self, name, version, factories, consumers=(), dtypes=None, cases=None,
-                 note=""):
+    def __init__(self, name: str, version: str, factories: Dict[str, Factory],
+                 consumers: Mapping[str, ConsumerEntry] = {},  # (copied, never changed)
+                 dtypes: Optional[Sequence[str]] = None, cases: Optional[List[ArraySpec]] = None,
+                 note: str = "") -> None:
         self.name, self.version = name, version
         self.factories = factories
         self.consumers = dict(consumers)
@@ -76,29 +94,31 @@ class Target:
         self.note = note
 
 
-def _factory(make, source, read=None, name=None):
-    def factory(spec):
+def _factory(make: Factory, source: Callable[[ArraySpec], str],
+             read: Optional[ObjectReader] = None, name: Optional[str] = None) -> Factory:
+    def factory(spec: ArraySpec) -> Any:
         return make(spec)
-    factory.source = source
+    # (attributes producer() looks for with getattr: not part of a Factory's type)
+    setattr(factory, "source", source)
     factory.__name__ = name or make.__name__
     if read is not None:
-        factory.read = read
+        setattr(factory, "read", read)
     return factory
 
 
-def _flat_read(result, spec):
+def _flat_read(result: Any, spec: ArraySpec) -> npt.NDArray[Any]:
     """What a consumer that returns a flat byte buffer read, as spec's items in C order."""
     return np.frombuffer(memoryview(result).cast("B"), spec.np_dtype).reshape(spec.shape)
 
 
-def _np_src(tail):
+def _np_src(tail: str) -> Callable[[ArraySpec], str]:
     return lambda spec: numpy_source(spec) + "\n" + tail
 
 
 # ---- the libraries -------------------------------------------------------------------------
 
-def numpy_target():
-    def make(spec):
+def numpy_target() -> Target:
+    def make(spec: ArraySpec) -> Any:
         if spec.dtype in EXTENSION_DTYPES:
             return None
         return spec.numpy()
@@ -108,10 +128,10 @@ def numpy_target():
                    "np.asarray": (np.asarray, "buffer")})
 
 
-def ml_dtypes_target():
-    import ml_dtypes
+def ml_dtypes_target() -> Target:
+    ml_dtypes = import_foreign("ml_dtypes")
 
-    def make(spec):
+    def make(spec: ArraySpec) -> Any:
         return spec.numpy() if spec.dtype in EXTENSION_DTYPES else None
     cases = [ArraySpec(dt, shape, lay, ro) for dt in EXTENSION_DTYPES
              for shape in ((7,), (3, 4), ()) for lay in ("C", "strided") for ro in (False, True)
@@ -121,10 +141,10 @@ def ml_dtypes_target():
             make, _np_src("obj = a"), name="ml_dtypes_array")}, cases=cases)
 
 
-def pyarrow_target():
-    import pyarrow as pa
+def pyarrow_target() -> Target:
+    pa = import_foreign("pyarrow")
 
-    def tensor(spec):
+    def tensor(spec: ArraySpec) -> Any:
         if spec.dtype not in PLAIN_DTYPES or spec.dtype in ("bool", "complex64", "complex128"):
             return None
         a = spec.numpy()
@@ -132,7 +152,7 @@ def pyarrow_target():
             return None  # pa.Tensor refuses negative strides; zero strides would alias
         return pa.Tensor.from_numpy(a)
 
-    def array(spec):
+    def array(spec: ArraySpec) -> Any:
         if spec.dtype not in PLAIN_DTYPES or spec.dtype.startswith("complex") or \
                 len(spec.shape) != 1 or spec.layout not in ("C", "offset"):
             return None
@@ -143,7 +163,7 @@ def pyarrow_target():
             return arr
         return pa.array(spec.numpy())
 
-    def array_src(spec):
+    def array_src(spec: ArraySpec) -> str:
         if spec.layout == "offset":
             full = ArraySpec(spec.dtype, (spec.shape[0] + 1,), "C")
             return numpy_source(full) + "\nimport pyarrow as pa\nobj = pa.array(a)[1:]"
@@ -160,16 +180,16 @@ def pyarrow_target():
             "read": _flat_read, "setup": "import pyarrow as pa"})})
 
 
-def nanoarrow_target():
-    import nanoarrow as na
+def nanoarrow_target() -> Target:
+    na = import_foreign("nanoarrow")
 
-    def array(spec):
+    def array(spec: ArraySpec) -> Any:
         if spec.dtype not in PLAIN_DTYPES or spec.dtype in ("bool", "float16") or \
                 spec.dtype.startswith("complex") or len(spec.shape) != 1 or spec.layout != "C":
             return None
         return na.Array(spec.numpy())
 
-    def buffer(spec):
+    def buffer(spec: ArraySpec) -> Any:
         if spec.dtype not in PLAIN_DTYPES:
             return None
         a = spec.numpy()
@@ -177,7 +197,7 @@ def nanoarrow_target():
             return None  # nanoarrow buffers are flat
         return na.c_buffer(a)
 
-    def src(call):
+    def src(call: str) -> Callable[[ArraySpec], str]:
         return _np_src(f"import nanoarrow as na\nobj = {call}(a)")
 
     return Target("nanoarrow", na.__version__, {
@@ -188,10 +208,10 @@ def nanoarrow_target():
             "read": _flat_read, "setup": "import nanoarrow as na"})})
 
 
-def array_api_strict_target():
-    import array_api_strict as xp
+def array_api_strict_target() -> Target:
+    xp = import_foreign("array_api_strict")
 
-    def make(spec):
+    def make(spec: ArraySpec) -> Any:
         if spec.dtype not in PLAIN_DTYPES or spec.dtype == "float16":
             return None
         return xp.asarray(spec.numpy())
@@ -203,15 +223,15 @@ def array_api_strict_target():
             "setup": "import array_api_strict as xp"})})
 
 
-def jax_target():
-    import jax
+def jax_target() -> Target:
+    jax = import_foreign("jax")
     jax.config.update("jax_platforms", "cpu")
     # 64-bit types on: without it JAX narrows float64 to float32 on import (its
     # documented default), which would hide every protocol question behind a dtype
     jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
+    jnp = import_foreign("jax.numpy")
 
-    def make(spec):
+    def make(spec: ArraySpec) -> Any:
         if spec.dtype not in PLAIN_DTYPES and spec.dtype not in EXTENSION_DTYPES:
             return None
         if spec.layout != "C":
@@ -233,7 +253,7 @@ class Unavailable(ImportError):
     target is skipped with this reason, like a library that is not installed."""
 
 
-def _strided_parts(spec):
+def _strided_parts(spec: ArraySpec) -> Optional[Tuple[npt.NDArray[Any], int, Tuple[int, ...]]]:
     """spec's NumPy array as (flat, offset, strides): `flat` a C-contiguous copy
     of the memory it spans (from the allocation's start for layout 'offset'),
     `offset` and `strides` where the array sits in it, in items. A device
@@ -252,16 +272,16 @@ def _strided_parts(spec):
     return flat, (pad - lo) // item, tuple(s // item for s in a.strides)
 
 
-def _device_dtypes_ok(spec):
+def _device_dtypes_ok(spec: ArraySpec) -> bool:
     # Plain dtypes only: neither library has record dtypes, and read-only
     # arrays do not exist in either (a read-only spec is not offered).
     return spec.dtype in PLAIN_DTYPES and not spec.readonly
 
 
-def cupy_factory(cupy):
+def cupy_factory(cupy: Any) -> Factory:
     """spec -> a cupy.ndarray in GPU memory with spec's values and layout
     (negative and zero strides included), or None."""
-    def make(spec):
+    def make(spec: ArraySpec) -> Any:
         if not _device_dtypes_ok(spec):
             return None
         parts = _strided_parts(spec)
@@ -273,16 +293,16 @@ def cupy_factory(cupy):
         return cupy.lib.stride_tricks.as_strided(base, spec.shape, tuple(s * item
                                                                           for s in strides))
 
-    def src(spec):
+    def src(spec: ArraySpec) -> str:
         return _np_src("import cupy\nobj = cupy.asarray(a)  # (the kit keeps a's strides: "
                        "cupy.lib.stride_tricks.as_strided over a copy of its memory)")(spec)
     return _factory(make, src, read=lambda x: x.get(), name="cupy.ndarray")
 
 
-def torch_factory(torch):
+def torch_factory(torch: Any) -> Factory:
     """spec -> a torch.Tensor on 'cuda' with spec's values and layout, or None
     (negative strides, and the dtypes this torch cannot take from NumPy)."""
-    def make(spec):
+    def make(spec: ArraySpec) -> Any:
         if not _device_dtypes_ok(spec):
             return None
         parts = _strided_parts(spec)
@@ -297,14 +317,14 @@ def torch_factory(torch):
             return None  # "can't convert np.ndarray of type numpy.uint16" (older torch)
         return torch.as_strided(base, spec.shape, strides, offset)
 
-    def src(spec):
+    def src(spec: ArraySpec) -> str:
         return _np_src("import torch\nobj = torch.from_numpy(a.copy()).to('cuda')  # (the "
                        "kit keeps a's strides: torch.as_strided over a copy of its memory)")(spec)
     return _factory(make, src, read=lambda t: t.cpu().numpy(), name="torch.Tensor (cuda)")
 
 
-def cupy_target():
-    import cupy
+def cupy_target() -> Target:
+    cupy = import_foreign("cupy")
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # noqa: BLE001 - CuPy raises its own CUDARuntimeError
@@ -318,8 +338,8 @@ def cupy_target():
                   note="CUDA device 0; values read back through devbuf.cuda")
 
 
-def torch_target():
-    import torch
+def torch_target() -> Target:
+    torch = import_foreign("torch")
     if not torch.cuda.is_available():
         raise Unavailable(f"PyTorch {torch.__version__} sees no CUDA GPU")
     # torch.from_dlpack of the kit's host producers gives CPU tensors: its
@@ -330,10 +350,10 @@ def torch_target():
                       "setup": "import torch"})})
 
 
-def devbuf_target():
+def devbuf_target() -> Target:
     import devbuf
 
-    def buffer(spec):
+    def buffer(spec: ArraySpec) -> Any:
         if spec.layout != "C":
             return None
         if spec.dtype == "bfloat16" and not spec.readonly:
@@ -344,33 +364,33 @@ def devbuf_target():
             return b
         if spec.dtype in EXTENSION_DTYPES:
             return None
-        return devbuf.from_host(spec.numpy(), readonly=spec.readonly)
+        return devbuf.from_host(as_buffer(spec.numpy()), readonly=spec.readonly)
 
-    def view(spec):
+    def view(spec: ArraySpec) -> Any:
         return None if spec.dtype in EXTENSION_DTYPES else devbuf.view(spec.numpy())
 
-    def foreign(spec):
+    def foreign(spec: ArraySpec) -> Any:
         if spec.dtype in EXTENSION_DTYPES or spec.np_dtype.fields:
             return None
         return devbuf.from_dlpack(spec.numpy()).obj
 
-    def sim(spec):
+    def sim(spec: ArraySpec) -> Any:
         if spec.layout != "C" or spec.dtype not in PLAIN_DTYPES:
             return None
         try:
             dev = devbuf.device("devbuf.sim")
         except devbuf.Error:
             return None
-        return devbuf.from_host(spec.numpy(), device=dev, readonly=spec.readonly)
+        return devbuf.from_host(as_buffer(spec.numpy()), device=dev, readonly=spec.readonly)
 
-    def src(tail):
+    def src(tail: str) -> Callable[[ArraySpec], str]:
         return _np_src("import devbuf\n" + tail)
 
-    def to_host(x):
+    def to_host(x: Any) -> npt.NDArray[Any]:
         return np.asarray(x.to_host()) if hasattr(x, "to_host") else np.asarray(x)
 
     try:
-        import ml_dtypes  # noqa: F401 - the bfloat16 cases need it for their values
+        import_foreign("ml_dtypes")  # the bfloat16 cases need it for their values
         extra = [ArraySpec("bfloat16", shape) for shape in ((7,), (3, 4), ())]
     except ImportError:
         extra = []
@@ -388,7 +408,7 @@ def devbuf_target():
                    "devbuf.view": (devbuf.view, "buffer")})
 
 
-TARGETS = {
+TARGETS: Dict[str, Callable[[], Target]] = {
     "numpy": numpy_target, "ml_dtypes": ml_dtypes_target, "pyarrow": pyarrow_target,
     "nanoarrow": nanoarrow_target, "array_api_strict": array_api_strict_target,
     "jax": jax_target, "devbuf": devbuf_target,

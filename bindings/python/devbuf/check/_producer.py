@@ -14,13 +14,22 @@ import pickle
 import struct
 import sys
 import warnings
+from typing import (Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional,
+                    Sequence, Tuple, Union, cast)
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _capi as C
 from . import _dlpack as D
-from ._report import Report, RULES, rule
+from ._report import Report, RULES, Rule, rule
 from ._spec import ArraySpec, default_cases, same_values
+
+# What the kit checks: factory(spec) -> the producer's object (or None for a
+# spec it cannot make). The object is foreign (any library's array): Any.
+Factory = Callable[[ArraySpec], Any]
+# read(obj) -> a NumPy array of the object's values
+ObjectReader = Callable[[Any], npt.NDArray[Any]]
 
 # ---- the rules ------------------------------------------------------------------------
 P = "producer"
@@ -146,19 +155,19 @@ CD_FORMAT = rule("dtypes.format", P, "dtypes", "'[id$payload;alt$payload]' items
                  "a format with custom dtype items parses (devbuf.parse_format) and, where "
                  "the namespace is known, gives the exported itemsize")
 
-PRODUCER_RULES = [r for r in RULES.values() if r.role == P]
+PRODUCER_RULES: List[Rule] = [r for r in RULES.values() if r.role == P]
 
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _struct_size(fmt):
+def _struct_size(fmt: str) -> Optional[int]:
     try:
         return struct.calcsize(fmt)
     except (struct.error, TypeError):
         return None
 
 
-def _devbuf_size(fmt, mode):
+def _devbuf_size(fmt: str, mode: str) -> Optional[int]:
     import devbuf
     try:
         return devbuf.calcsize(fmt, mode)
@@ -166,13 +175,13 @@ def _devbuf_size(fmt, mode):
         return None
 
 
-def format_sizes(fmt):
+def format_sizes(fmt: str) -> Dict[str, Optional[int]]:
     """Item size of a buffer format under struct's, NumPy's and devbuf's rules."""
     return {"struct": _struct_size(fmt), "numpy": _devbuf_size(fmt, "numpy"),
             "default": _devbuf_size(fmt, "default")}
 
 
-def _dl_dtype(dt):
+def _dl_dtype(dt: np.dtype[Any]) -> Optional[Tuple[int, int, int]]:
     """(code, bits, lanes) a DLPack producer must use for NumPy dtype dt, or None."""
     if dt.fields or dt.subdtype:
         return None
@@ -185,11 +194,12 @@ def _dl_dtype(dt):
     return None if code is None else (code, bits, 1)
 
 
-def _gather_strided(ptr, shape, strides_items, itemsize):
+def _gather_strided(ptr: int, shape: Sequence[int], strides_items: Sequence[int],
+                    itemsize: int) -> bytes:
     return C._gather(ptr, shape, tuple(s * itemsize for s in strides_items), itemsize)
 
 
-def _dense(shape, strides):
+def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
     """Do element strides describe a dense, non-overlapping layout of shape
     (C, Fortran or any other order of the axes), as a fresh copy must?"""
     dims = sorted((s, d) for d, s in zip(shape, strides) if d != 1)
@@ -202,7 +212,7 @@ def _dense(shape, strides):
 
 
 @contextlib.contextmanager
-def _no_gc():
+def _no_gc() -> Iterator[None]:
     """No automatic collection while a reference count is compared: it could
     free unrelated garbage (an old traceback) that held the object."""
     was = gc.isenabled()
@@ -214,7 +224,7 @@ def _no_gc():
             gc.enable()
 
 
-def _refcount_settles(obj, fn):
+def _refcount_settles(obj: object, fn: Callable[[], object]) -> int:
     """Run fn() and say by how much obj's reference count moved. (No gc.collect:
     capsules and exports are freed by reference counting, and a collection per
     case would cost more than all the checks in a big process.)"""
@@ -224,7 +234,7 @@ def _refcount_settles(obj, fn):
         return sys.getrefcount(obj) - before
 
 
-def to_numpy(x):
+def to_numpy(x: Any) -> npt.NDArray[Any]:
     """A NumPy array of x's values, through whatever protocol x offers."""
     if hasattr(x, "__dlpack__"):
         try:
@@ -244,14 +254,15 @@ def to_numpy(x):
 
 
 class _Ctx:
-    def __init__(self, report, spec, obj, repro):
+    def __init__(self, report: Report, spec: ArraySpec, obj: Any,
+                 repro: Callable[[ArraySpec], str]) -> None:
         self.report, self.spec, self.obj, self.repro = report, spec, obj, repro
-        self.full = None  # the PyBUF_FULL_RO answer, when there is one
+        self.full: Optional[C.Answer] = None  # the PyBUF_FULL_RO answer, when there is one
         self.known_readonly = spec.readonly
         self.device_memory = False  # set by check_device: never read it from the host
 
     @property
-    def host(self):
+    def host(self) -> Optional[bool]:
         """Is the object's memory host memory? True when it answers a plain buffer
         request or says kDLCPU; False for another DLPack device; else None."""
         if self.full is not None:
@@ -261,27 +272,28 @@ class _Ctx:
         except Exception:  # noqa: BLE001
             return None
 
-    def ok(self, rid):
+    def ok(self, rid: str) -> None:
         self.report.passed(rid, str(self.spec))
 
-    def fail(self, rid, reason, lines=()):
+    def fail(self, rid: str, reason: str, lines: Sequence[str] = ()) -> None:
         code = self.repro(self.spec)
         if lines:
             code += "\n" + "\n".join(lines)
         self.report.failed(rid, reason, str(self.spec), code)
 
-    def skip(self, rid, reason):
+    def skip(self, rid: str, reason: str) -> None:
         self.report.skipped(rid, reason)
 
 
-def _ask(obj, req, gather=True):
+def _ask(obj: object, req: int,
+         gather: bool = True) -> Tuple[Optional[C.Answer], Optional[Exception]]:
     try:
         return C.getbuffer(obj, req, gather), None
     except Exception as e:  # noqa: BLE001 - which exception it was is the point
         return None, e
 
 
-def check_buffer(c: _Ctx):
+def check_buffer(c: _Ctx) -> None:
     obj, spec = c.obj, c.spec
     gather = not c.device_memory  # (answered wrongly, device memory must not be read)
     full, err = _ask(obj, C.PyBUF_FULL_RO, gather)
@@ -300,6 +312,7 @@ def check_buffer(c: _Ctx):
         c.fail(BP_ERROR, f"PyBUF_FULL_RO raised {type(err).__name__} ({err}), not BufferError",
                ["import ctypes; mv = memoryview(obj)  # raises " + type(err).__name__])
         return
+    assert full is not None  # (_ask gives an answer or an error)
     c.full = full
     c.known_readonly = bool(full.readonly)
     dt = spec.np_dtype
@@ -394,7 +407,7 @@ def check_buffer(c: _Ctx):
     _check_exports(c)
 
 
-def _answer_problem(a, req, full):
+def _answer_problem(a: C.Answer, req: int, full: C.Answer) -> Optional[str]:
     if not a.obj:
         return "view.obj is NULL"
     if a.suboffsets is not None and not (req & 0x100):
@@ -435,12 +448,12 @@ def _answer_problem(a, req, full):
     return None
 
 
-def _check_exports(c: _Ctx):
+def _check_exports(c: _Ctx) -> None:
     obj = c.obj
     counter = getattr(obj, "exports", None)
     held = []
 
-    def hold_and_release():
+    def hold_and_release() -> Optional[int]:
         for req in (C.PyBUF_FULL_RO, C.PyBUF_RECORDS_RO, C.PyBUF_SIMPLE):
             try:
                 held.append(C.Held(obj, req))
@@ -469,7 +482,7 @@ def _check_exports(c: _Ctx):
         c.ok(BP_EXPORTS)
 
 
-def _check_custom_format(c, fmt, itemsize):
+def _check_custom_format(c: _Ctx, fmt: str, itemsize: int) -> None:
     import devbuf
     try:
         f = devbuf.parse_format(fmt, allow_unknown=True)
@@ -484,7 +497,7 @@ def _check_custom_format(c, fmt, itemsize):
 
 # ---- DLPack --------------------------------------------------------------------------------
 
-def _dlpack(obj, **kw):
+def _dlpack(obj: Any, **kw: object) -> Tuple[Optional[object], Optional[Exception]]:
     try:
         with warnings.catch_warnings():  # the legacy form is asked on purpose
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -502,20 +515,21 @@ class _OneCapsule:
     """Hands one capsule the producer already made to devbuf.from_dlpack, so
     that what is read is what the producer exported, not a fresh export."""
 
-    def __init__(self, cap, dev):
+    def __init__(self, cap: Optional[object], dev: Tuple[int, int]) -> None:
         self.cap, self.dev = cap, dev
 
-    def __dlpack__(self, **kw):
+    def __dlpack__(self, **kw: object) -> object:
         cap, self.cap = self.cap, None
         if cap is None:
             raise BufferError("the capsule was handed over already")
         return cap
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> Tuple[int, int]:
         return self.dev
 
 
-def _device_values(cap, info, spec):
+def _device_values(cap: Optional[object], info: D.CapsuleInfo,
+                   spec: ArraySpec) -> Tuple[Tuple[int, ...], bytes]:
     """The C-order bytes of a capsule on memory the host cannot read, copied
     to the host by devbuf (its plugin for that device: devbuf.cuda for
     kDLCUDA, devbuf.sim for the simulator). Raises Unreadable when no plugin
@@ -530,7 +544,8 @@ def _device_values(cap, info, spec):
     return got.shape, got.tobytes()
 
 
-def _dl_values_problem(info, spec, readable=True, cap=None):
+def _dl_values_problem(info: D.CapsuleInfo, spec: ArraySpec, readable: bool = True,
+                       cap: Optional[object] = None) -> Optional[str]:
     """None when the tensor holds spec's values, else what is wrong. Memory the
     host cannot read is read through devbuf when `cap` is given (Unreadable
     when that fails too), never passed unread."""
@@ -567,7 +582,7 @@ def _dl_values_problem(info, spec, readable=True, cap=None):
     return None
 
 
-def check_dlpack(c: _Ctx):
+def check_dlpack(c: _Ctx) -> None:
     obj, spec = c.obj, c.spec
     dl_rules = (DL_DEVICE, DL_NAMES, DL_VERSION, DL_VALUES, DL_READONLY, DL_COPY, DL_NOCOPY,
                 DL_DL_DEVICE, DL_STREAM, DL_DELETER)
@@ -638,7 +653,7 @@ def check_dlpack(c: _Ctx):
                    ["a = obj.__dlpack__(max_version=(1, 0))",
                     "b = obj.__dlpack__(max_version=(1, 0)); print(a is b, b)"])
         if info["versioned"]:
-            if info["version"][0] != 1:
+            if info["version"] is None or info["version"][0] != 1:  # (versioned: not None)
                 c.fail(DL_VERSION, f"versioned capsule says DLPack {info['version']}, "
                        "max_version asked (1, 0)",
                        ["cap = obj.__dlpack__(max_version=(1, 0))  # read major"])
@@ -676,16 +691,16 @@ def check_dlpack(c: _Ctx):
             c.ok(DL_VALUES)
     # -- stream, dl_device -------------------------------------------------------------------
     if versioned is not None:
-        cap, e = _dlpack(obj, max_version=(1, 0), stream=None)
+        cap, err = _dlpack(obj, max_version=(1, 0), stream=None)
         if cap is None:
-            c.fail(DL_STREAM, f"stream=None raised {type(e).__name__}: {e}",
+            c.fail(DL_STREAM, f"stream=None raised {type(err).__name__}: {err}",
                    ["obj.__dlpack__(max_version=(1, 0), stream=None)"])
         else:
             c.ok(DL_STREAM)
-        cap, e = _dlpack(obj, max_version=(1, 0), dl_device=dev)
-        if cap is None and not isinstance(e, TypeError):
+        cap, err = _dlpack(obj, max_version=(1, 0), dl_device=dev)
+        if cap is None and not isinstance(err, TypeError):
             c.fail(DL_DL_DEVICE, f"dl_device={dev} (its own device) raised "
-                   f"{type(e).__name__}: {e}", [f"obj.__dlpack__(max_version=(1, 0), "
+                   f"{type(err).__name__}: {err}", [f"obj.__dlpack__(max_version=(1, 0), "
                                                   f"dl_device={dev})"])
         elif cap is not None:
             other = (D.KDLCUDA, 0) if dev[0] != D.KDLCUDA else (D.KDLCPU, 0)
@@ -706,16 +721,16 @@ def check_dlpack(c: _Ctx):
     _check_deleter(c)
 
 
-def _check_copies(c, info, dev):
+def _check_copies(c: _Ctx, info: D.CapsuleInfo, dev: Tuple[int, int]) -> None:
     obj, spec = c.obj, c.spec
-    cap, e = _dlpack(obj, max_version=(1, 0), copy=True)
+    cap, err = _dlpack(obj, max_version=(1, 0), copy=True)
     line = "import numpy as np; print(np.from_dlpack(obj, copy=True))  # want " + \
         np.array2string(spec.values.ravel()[:6], separator=" ")
     if cap is None:
-        if not isinstance(e, (TypeError, BufferError, ValueError, NotImplementedError)):
-            c.fail(DL_COPY, f"copy=True raised {type(e).__name__}: {e}")
+        if not isinstance(err, (TypeError, BufferError, ValueError, NotImplementedError)):
+            c.fail(DL_COPY, f"copy=True raised {type(err).__name__}: {err}")
         else:
-            c.skip(DL_COPY, f"copy=True not offered: {type(e).__name__}: {e}")
+            c.skip(DL_COPY, f"copy=True not offered: {type(err).__name__}: {err}")
     elif D.capsule_name(cap) == "dltensor_versioned":
         ci = D.read_capsule(cap)
         n = int(np.prod(spec.shape, dtype=np.int64))
@@ -739,12 +754,12 @@ def _check_copies(c, info, dev):
                     c.fail(DL_COPY, "copy=True: " + problem, [line])
                 else:
                     c.ok(DL_COPY)
-    cap, e = _dlpack(obj, max_version=(1, 0), copy=False)
+    cap, err = _dlpack(obj, max_version=(1, 0), copy=False)
     if cap is None:
-        if isinstance(e, (BufferError, ValueError, TypeError, NotImplementedError)):
-            c.ok(DL_NOCOPY) if not isinstance(e, TypeError) else c.skip(DL_NOCOPY, str(e))
+        if isinstance(err, (BufferError, ValueError, TypeError, NotImplementedError)):
+            c.ok(DL_NOCOPY) if not isinstance(err, TypeError) else c.skip(DL_NOCOPY, str(err))
         else:
-            c.fail(DL_NOCOPY, f"copy=False raised {type(e).__name__}: {e}")
+            c.fail(DL_NOCOPY, f"copy=False raised {type(err).__name__}: {err}")
         return
     ci = D.read_capsule(cap)
     if ci["flags"] & D.FLAG_IS_COPIED or (
@@ -755,15 +770,15 @@ def _check_copies(c, info, dev):
         c.ok(DL_NOCOPY)
 
 
-def _check_deleter(c):
+def _check_deleter(c: _Ctx) -> None:
     obj = c.obj
     kw = {"max_version": (1, 0)}  # (read-only arrays go out only in versioned capsules)
 
-    def drop():
+    def drop() -> None:
         cap, e = _dlpack(obj, **kw)
         del cap
 
-    def consume():
+    def consume() -> None:
         cap, e = _dlpack(obj, **kw)
         if cap is not None:
             D.consume(cap)
@@ -786,7 +801,7 @@ def _check_deleter(c):
 
 # ---- CUDA Array Interface -----------------------------------------------------------------
 
-def check_cai(c: _Ctx):
+def check_cai(c: _Ctx) -> None:
     obj, spec = c.obj, c.spec
     cai_rules = (CAI_VERSION, CAI_TYPESTR, CAI_STRIDES, CAI_MASK, CAI_STREAM)
     try:
@@ -843,7 +858,7 @@ def check_cai(c: _Ctx):
 
 # ---- Arrow ---------------------------------------------------------------------------------
 
-def check_arrow(c: _Ctx):
+def check_arrow(c: _Ctx) -> None:
     obj, spec = c.obj, c.spec
     ar_rules = (AR_NAMES, AR_RELEASE, AR_DEVICE, AR_VALUES)
     methods = [m for m in ("__arrow_c_array__", "__arrow_c_device_array__") if hasattr(obj, m)]
@@ -901,10 +916,10 @@ def check_arrow(c: _Ctx):
         del pair  # the capsule destructors now see released structs: nothing to do
 
 
-def _arrow_values(c, schema, arr, m):
+def _arrow_values(c: _Ctx, schema: C.ArrowSchema, arr: C.ArrowArray, m: str) -> None:
     spec = c.spec
     fmt = schema.format.decode() if schema.format else None
-    npfmt = C.ARROW_FORMATS.get(fmt)
+    npfmt = C.ARROW_FORMATS.get(fmt) if fmt is not None else None
     if npfmt is None or spec.np_dtype.kind == "b":
         c.skip(AR_VALUES, f"Arrow format {fmt!r} not value-checked")
         return
@@ -926,7 +941,7 @@ def _arrow_values(c, schema, arr, m):
 
 # ---- pickle 5 ------------------------------------------------------------------------------
 
-def check_pickle(c: _Ctx, read):
+def check_pickle(c: _Ctx, read: ObjectReader) -> None:
     obj, spec = c.obj, c.spec
     try:
         data = pickle.dumps(obj, protocol=5)
@@ -938,14 +953,18 @@ def check_pickle(c: _Ctx, read):
     lines = ["import pickle, numpy as np"]
     plain_read = read
 
-    def read(x):
+    def read_back(x: Any) -> npt.NDArray[Any]:
         try:
             return plain_read(x)
         except Exception:  # noqa: BLE001 - a dtype NumPy cannot import: the raw items
             raw = C.getbuffer(x, C.PyBUF_RECORDS_RO).data
+            if raw is None:
+                raise TypeError("its PyBUF_RECORDS_RO answer is not readable on the host") \
+                    from None
             return np.frombuffer(raw, spec.np_dtype).reshape(spec.shape)
+    got: Union[npt.NDArray[Any], Exception]
     try:
-        got = read(pickle.loads(data))
+        got = read_back(pickle.loads(data))
         same = same_values(got, want)
     except Exception as e:  # noqa: BLE001
         same, got = False, e
@@ -954,12 +973,12 @@ def check_pickle(c: _Ctx, read):
     else:
         c.fail(PK_ROUNDTRIP, f"protocol 5 round trip gave {got!r:.80}",
                lines + ["print(pickle.loads(pickle.dumps(obj, protocol=5)))"])
-    bufs = []
+    bufs: List[pickle.PickleBuffer] = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
     lines += ["bufs = []; s = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)",
               "print(pickle.loads(s, buffers=bufs))"]
     try:
-        got = read(pickle.loads(data, buffers=[b.raw() for b in bufs]))
+        got = read_back(pickle.loads(data, buffers=[b.raw() for b in bufs]))
         same = same_values(got, want)
     except Exception as e:  # noqa: BLE001
         same, got = False, e
@@ -979,6 +998,11 @@ def check_pickle(c: _Ctx, read):
 # ---- the device extension ------------------------------------------------------------------
 
 class _ExtBuffer(ctypes.Structure):
+    view: C.Py_buffer
+    flags: int
+    ext_flags: int
+    device: Optional[int]
+    device_info: Optional[int]
     _fields_ = [("view", C.Py_buffer), ("flags", ctypes.c_int), ("ext_flags", ctypes.c_int),
                 ("device", ctypes.c_void_p), ("device_info", ctypes.c_void_p)]
 
@@ -986,7 +1010,7 @@ class _ExtBuffer(ctypes.Structure):
 _SENTINEL = 0x5EED
 
 
-def check_device(c: _Ctx):
+def check_device(c: _Ctx) -> None:
     import devbuf
     obj = c.obj
     # Extended fields must stay untouched without PyBUF_DEVICE (a canary request).
@@ -1046,11 +1070,13 @@ def check_device(c: _Ctx):
 
 # ---- the driver ---------------------------------------------------------------------------------
 
-def _default_source(factory):
-    mod = getattr(factory, "__module__", None) or "mymodule"
-    name = getattr(factory, "__qualname__", None) or getattr(factory, "__name__", "factory")
+def _default_source(factory: Factory) -> Callable[[ArraySpec], str]:
+    # (a function's __module__, __qualname__ and __name__ are str)
+    mod = cast(str, getattr(factory, "__module__", None) or "mymodule")
+    name = cast(str, getattr(factory, "__qualname__", None) or
+                getattr(factory, "__name__", "factory"))
 
-    def source(spec):
+    def source(spec: ArraySpec) -> str:
         if "<" in name:  # a lambda or a local function: name it, it cannot be imported
             return (f"from devbuf.check import ArraySpec\n"
                     f"obj = factory({spec})  # factory: {name} in {mod}")
@@ -1059,8 +1085,12 @@ def _default_source(factory):
     return source
 
 
-def producer(factory, *, cases=None, dtypes=None, name=None, source=None, read=None,
-             checks=("buffer", "dlpack", "cai", "arrow", "pickle", "device")):
+def producer(factory: Factory, *, cases: Optional[Iterable[ArraySpec]] = None,
+             dtypes: Optional[Iterable[str]] = None, name: Optional[str] = None,
+             source: Optional[Callable[[ArraySpec], str]] = None,
+             read: Optional[ObjectReader] = None,
+             checks: Collection[str] = ("buffer", "dlpack", "cai", "arrow", "pickle",
+                                        "device")) -> Report:
     """Run every producer check on the objects `factory(spec)` makes.
 
     factory(spec: ArraySpec) returns the object to check, or None (or raises
@@ -1073,10 +1103,10 @@ def producer(factory, *, cases=None, dtypes=None, name=None, source=None, read=N
     cases = list(cases) if cases is not None else default_cases(dtypes)
     source = source or getattr(factory, "source", None) or _default_source(factory)
     read = read or getattr(factory, "read", None) or to_numpy
-    rep = Report(name or getattr(factory, "__name__", repr(factory)), "producer",
-                 PRODUCER_RULES)
+    label = name or cast(str, getattr(factory, "__name__", repr(factory)))
+    rep = Report(label, "producer", PRODUCER_RULES)
     made = unsupported = 0
-    errors = {}
+    errors: Dict[str, List[str]] = {}
     for spec in cases:
         try:
             obj = factory(spec)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS: str = "pass"
+FAIL: str = "fail"
+SKIP: str = "skip"
 
 # Where each protocol is specified (the seeds are in devbuf's shared/seeds).
-SPECS = {
+SPECS: Dict[str, str] = {
     "buffer": "CPython C API, Buffer Protocol (docs.python.org/3/c-api/buffer.html), and "
               "Lib/test/test_buffer.py",
     "struct": "CPython struct module, Format Strings; NumPy _dtype_from_pep3118 (PEP 3118)",
@@ -34,21 +37,21 @@ class Rule:
     text: str  # what must hold
 
     @property
-    def citation(self):
+    def citation(self) -> str:
         return f"{SPECS[self.spec]}: {self.section}"
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(id, role, spec, section, text):
+def rule(id: str, role: str, spec: str, section: str, text: str) -> str:
     if id in RULES:
         raise ValueError(f"rule {id} defined twice")
     RULES[id] = Rule(id, role, spec, section, text)
     return id
 
 
-def _kind(reason):
+def _kind(reason: str) -> str:
     """A failure's kind: its reason without request names, numbers and quoted
     values, so that 'also:' lines show different problems, not the same one
     at other sizes."""
@@ -60,13 +63,14 @@ class Result:
     rule: Rule
     status: str = SKIP
     reason: str = "no case applied"
-    case: str | None = None
-    reproducer: str | None = None
+    case: Optional[str] = None
+    reproducer: Optional[str] = None
     passed: int = 0
     failed: int = 0
-    others: list = dataclasses.field(default_factory=list)  # other distinct (reason, case)
+    # other distinct (reason, case)
+    others: List[Tuple[str, Optional[str]]] = dataclasses.field(default_factory=list)
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return {"rule": self.rule.id, "role": self.rule.role, "status": self.status,
                 "citation": self.rule.citation, "text": self.rule.text, "reason": self.reason,
                 "case": self.case, "reproducer": self.reproducer, "passed": self.passed,
@@ -78,20 +82,21 @@ class Report:
     """The kit's answer: `results` (one per rule, in rule order), `failures`,
     `ok` (nothing failed), `as_dict()`/`to_json()`, `format()` (human)."""
 
-    def __init__(self, target, role, rules):
+    def __init__(self, target: str, role: str, rules: Iterable[Rule]) -> None:
         self.target = target
         self.role = role
-        self.results = {r.id: Result(r) for r in rules}
-        self.notes = []
+        self.results: Dict[str, Result] = {r.id: Result(r) for r in rules}
+        self.notes: List[str] = []
 
     # -- recording ---------------------------------------------------------------
-    def passed(self, rule_id, case=None):
+    def passed(self, rule_id: str, case: Optional[str] = None) -> None:
         r = self.results[rule_id]
         r.passed += 1
         if r.status == SKIP:
             r.status, r.reason, r.case = PASS, "", None
 
-    def failed(self, rule_id, reason, case=None, reproducer=None):
+    def failed(self, rule_id: str, reason: str, case: Optional[str] = None,
+               reproducer: Optional[str] = None) -> None:
         r = self.results[rule_id]
         r.failed += 1
         if r.status != FAIL:  # the first failure is the one reported
@@ -100,12 +105,12 @@ class Report:
                                        for o, _ in r.others + [(r.reason, None)]):
             r.others.append((reason, case))  # and a few failures of another kind
 
-    def skipped(self, rule_id, reason):
+    def skipped(self, rule_id: str, reason: str) -> None:
         r = self.results[rule_id]
         if r.status == SKIP and r.reason == "no case applied":
             r.reason = reason
 
-    def merge(self, other):
+    def merge(self, other: Report) -> Report:
         for rid, res in other.results.items():
             mine = self.results.get(rid)
             if mine is None:
@@ -123,30 +128,30 @@ class Report:
 
     # -- reading -----------------------------------------------------------------
     @property
-    def failures(self):
+    def failures(self) -> List[Result]:
         return [r for r in self.results.values() if r.status == FAIL]
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return not self.failures
 
-    def status(self, rule_id):
+    def status(self, rule_id: str) -> str:
         return self.results[rule_id].status
 
-    def counts(self):
+    def counts(self) -> Dict[str, int]:
         c = {PASS: 0, FAIL: 0, SKIP: 0}
         for r in self.results.values():
             c[r.status] += 1
         return c
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, Any]:
         return {"target": self.target, "role": self.role, "ok": self.ok, "counts": self.counts(),
                 "notes": self.notes, "results": [r.as_dict() for r in self.results.values()]}
 
-    def to_json(self, **kw):
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.as_dict(), **kw)
 
-    def format(self, verbose=False):
+    def format(self, verbose: bool = False) -> str:
         lines = [f"# devbuf.check {self.role}: {self.target}"]
         lines += [f"# note: {n}" for n in self.notes]
         for r in self.results.values():

@@ -4,15 +4,40 @@ that layout that a factory may convert from."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+
+def import_foreign(module: str) -> Any:
+    """`import module`, typed Any. The libraries the kit checks (ml_dtypes,
+    pyarrow, JAX, CuPy, ...) are foreign objects to it: whatever they are and
+    whether they have stubs, the kit must type-check the same with or without
+    them installed, so their modules, and the arrays and callables they make,
+    are Any throughout devbuf.check."""
+    return importlib.import_module(module)
+
+
+
+def as_buffer(a: npt.NDArray[Any]) -> Buffer:
+    """a itself, typed as the buffer it is at run time on every Python: NumPy's
+    stubs give ndarray its __buffer__ (PEP 688) only from Python 3.12, so before
+    that devbuf.from_host(a) would not type-check."""
+    return cast("Buffer", a)
+
 
 # Plain dtypes every factory is asked for (NumPy spelling).
-PLAIN_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                "float16", "float32", "float64", "complex64", "complex128")
+PLAIN_DTYPES: Tuple[str, ...] = (
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128")
 
 # Record dtypes: the layouts whose PEP 3118 formats exporters get wrong.
-RECORD_DTYPES = {
+RECORD_DTYPES: Dict[str, Callable[[], np.dtype[Any]]] = {
     # fields of every alignment, packed (align=False): '@'-aligned formats need padding codes
     "record_packed": lambda: np.dtype([("a", "i2"), ("b", "i4"), ("c", "u1"), ("d", "i8")]),
     # the same, aligned as a C struct
@@ -27,7 +52,7 @@ RECORD_DTYPES = {
 }
 
 # Extension dtypes (ml_dtypes); asked of factories that know them.
-EXTENSION_DTYPES = ("bfloat16", "float8_e4m3fn", "int4")
+EXTENSION_DTYPES: Tuple[str, ...] = ("bfloat16", "float8_e4m3fn", "int4")
 
 # Layouts: how the elements sit in memory.
 #   C, F       contiguous in that order
@@ -35,33 +60,35 @@ EXTENSION_DTYPES = ("bfloat16", "float8_e4m3fn", "int4")
 #   reversed   axis 0 walked backwards (negative stride)
 #   broadcast  axis 0 repeated (zero stride)
 #   offset     C-contiguous, starting one element into a larger allocation
-LAYOUTS = ("C", "F", "strided", "reversed", "broadcast", "offset")
+LAYOUTS: Tuple[str, ...] = ("C", "F", "strided", "reversed", "broadcast", "offset")
 
-SHAPES = ((), (0,), (3, 0), (7,), (3, 4), (2, 3, 2))
+SHAPES: Tuple[Tuple[int, ...], ...] = ((), (0,), (3, 0), (7,), (3, 4), (2, 3, 2))
 
 
-def numpy_dtype(name):
+def numpy_dtype(name: str) -> np.dtype[Any]:
     if name in RECORD_DTYPES:
         return RECORD_DTYPES[name]()
     if name in EXTENSION_DTYPES:
-        import ml_dtypes
-        return np.dtype(getattr(ml_dtypes, name))
+        ml_dtypes = import_foreign("ml_dtypes")
+        ext: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+        return ext
     return np.dtype(name)
 
 
-def _fill(dt, n):
+def _fill(dt: np.dtype[Any], n: int) -> npt.NDArray[Any]:
     """n deterministic, distinct-ish values of dtype dt (non-zero where possible,
     so that a read of zeroed or foreign memory shows)."""
     if dt.fields:
         out = np.zeros(n, dt)
-        for name in dt.names:
+        for name in dt.names or ():  # (fields imply names)
             sub = dt.fields[name][0]
             base, shape = (sub.base, sub.shape) if sub.subdtype else (sub, ())
             m = n * int(np.prod(shape, dtype=np.int64))
             out[name] = _fill(base, m).reshape((n,) + shape)
         return out
     if dt.kind == "b":
-        return (np.arange(n) % 3 != 1)
+        flags: npt.NDArray[np.bool_] = (np.arange(n) % 3 != 1)
+        return flags
     if dt.kind == "c":
         return (np.arange(n) % 7 + 1 + 1j * (np.arange(n) % 5)).astype(dt)
     if dt.kind in "iu":
@@ -75,20 +102,20 @@ class ArraySpec:
     of RECORD_DTYPES or an ml_dtypes name; `layout` one of LAYOUTS."""
 
     dtype: str
-    shape: tuple = (7,)
+    shape: Tuple[int, ...] = (7,)
     layout: str = "C"
     readonly: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout {self.layout!r}: expected one of {', '.join(LAYOUTS)}")
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
 
     @property
-    def np_dtype(self):
+    def np_dtype(self) -> np.dtype[Any]:
         return numpy_dtype(self.dtype)
 
-    def numpy(self):
+    def numpy(self) -> npt.NDArray[Any]:
         """A NumPy array with this spec's values, layout and read-only flag."""
         dt = self.np_dtype
         shape = self.shape
@@ -121,20 +148,22 @@ class ArraySpec:
         return a
 
     @property
-    def values(self):
+    def values(self) -> npt.NDArray[Any]:
         """The logical values, C-contiguous."""
         return np.array(self.numpy(), order="C", copy=True)  # (ascontiguousarray makes 0-d 1-d)
 
-    def __str__(self):
+    def __str__(self) -> str:
         ro = ", readonly=True" if self.readonly else ""
         return f"ArraySpec({self.dtype!r}, {self.shape!r}, {self.layout!r}{ro})"
 
 
-def default_cases(dtypes=None, layouts=LAYOUTS, shapes=SHAPES):
+def default_cases(dtypes: Optional[Iterable[str]] = None, layouts: Iterable[str] = LAYOUTS,
+                  shapes: Iterable[Tuple[int, ...]] = SHAPES) -> List[ArraySpec]:
     """The cases the kit asks a producer for: every dtype C-contiguous and
     read-only, every layout and shape for a few dtypes."""
     dtypes = tuple(dtypes) if dtypes is not None else PLAIN_DTYPES + tuple(RECORD_DTYPES)
-    cases = []
+    cases: List[ArraySpec] = []
+    shape: Tuple[int, ...]
     for dt in dtypes:
         for shape in ((7,), (3, 4), ()):
             cases.append(ArraySpec(dt, shape, "C"))
@@ -151,7 +180,8 @@ def default_cases(dtypes=None, layouts=LAYOUTS, shapes=SHAPES):
                     if layout == "broadcast" and not ro and 0 not in shape:
                         continue
                     cases.append(ArraySpec(dt, shape, layout, ro))
-    seen, out = set(), []
+    seen: Set[ArraySpec] = set()
+    out: List[ArraySpec] = []
     for c in cases:
         if c not in seen:
             seen.add(c)
@@ -159,7 +189,7 @@ def default_cases(dtypes=None, layouts=LAYOUTS, shapes=SHAPES):
     return out
 
 
-def same_values(got, want):
+def same_values(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> bool:
     """Do two NumPy arrays hold the same values (padding bytes of records
     aside)?"""
     if got.shape != want.shape or got.dtype != want.dtype:

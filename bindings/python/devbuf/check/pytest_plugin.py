@@ -22,24 +22,28 @@ from __future__ import annotations
 
 import fnmatch
 import warnings
+from typing import Any, List, Sequence
 
 import pytest
 
 from . import consumer as _consumer
 from . import producer as _producer
+from ._consumer import ConsumerFn
+from ._producer import Factory
+from ._report import Report
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("devbuf_check_allow", "devbuf.check rule ids (globs) whose failures are "
                   "known and allowed", type="args", default=[])
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "devbuf_check_allow(*rules): devbuf.check rules (ids "
                             "or globs) allowed to fail in this test")
 
 
-def pytest_report_header(config):
+def pytest_report_header(config: pytest.Config) -> str:
     import devbuf
     return f"devbuf.check: devbuf {devbuf.__version__}"
 
@@ -48,14 +52,14 @@ class Checker:
     """What the `devbuf_check` fixture gives: producer() and consumer() that
     run the kit and fail the test on a rule that is not allowed."""
 
-    def __init__(self, allow):
+    def __init__(self, allow: Sequence[str]) -> None:
         self.allow = list(allow)
-        self.reports = []
+        self.reports: List[Report] = []
 
-    def _judge(self, rep, allow):
+    def _judge(self, rep: Report, allow: Sequence[str]) -> Report:
         allowed = self.allow + list(allow)
 
-        def ok(rule_id):
+        def ok(rule_id: str) -> bool:
             return any(fnmatch.fnmatchcase(rule_id, pat) for pat in allowed)
         self.reports.append(rep)
         for rule_id in allow:  # named for this call: say when it is no longer needed
@@ -69,17 +73,18 @@ class Checker:
                         f"{', '.join(r.rule.id for r in bad)}\n{rep.format()}", pytrace=False)
         return rep
 
-    def producer(self, factory, *, allow=(), **kw):
+    def producer(self, factory: Factory, *, allow: Sequence[str] = (), **kw: Any) -> Report:
         """devbuf.check.producer(factory, **kw); fail on a rule not allowed."""
         return self._judge(_producer(factory, **kw), allow)
 
-    def consumer(self, fn, protocol="dlpack", *, allow=(), **kw):
+    def consumer(self, fn: ConsumerFn, protocol: str = "dlpack", *, allow: Sequence[str] = (),
+                 **kw: Any) -> Report:
         """devbuf.check.consumer(fn, protocol, **kw); fail on a rule not allowed."""
         return self._judge(_consumer(fn, protocol, **kw), allow)
 
 
 @pytest.fixture
-def devbuf_check(request):
+def devbuf_check(request: pytest.FixtureRequest) -> Checker:
     allow = list(request.config.getini("devbuf_check_allow"))
     for mark in request.node.iter_markers("devbuf_check_allow"):
         allow += list(mark.args)
