@@ -91,8 +91,33 @@ int dbp_desc_describe(dbp_desc *f, const DLTensor *t, uint64_t dl_flags, DLPackV
   if (dbp_desc_check(&f->desc, "devbuf.ForeignArray") < 0) return -1;
   f->desc.version = version;
   f->dl_flags = dl_flags;
+  /* As received: shape/strides still point into `t` (dbp_desc_own_tensor
+   * copies them when the tensor is needed past t's life). */
   f->tensor = *t;
+  /* Every identifier describe() gives is a string of at least 4 bytes
+   * with its NUL ("cpu", "devbuf.*"): a 4-byte compare, inlined. */
+  f->is_host = memcmp(f->desc.identifier, "cpu", 4) == 0;
+  if ((f->desc.flags & DEVBUF_DLPACK_HANDLE) && t->byte_offset != 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "a %s tensor with byte_offset %llu cannot be re-exported: its data is a memory "
+                 "handle, and the buffer protocol has no offset field",
+                 devbuf_dlpack_device_type_name(f->desc.dl_device_type),
+                 (unsigned long long)t->byte_offset);
+    return -1;
+  }
+  return 0;
+}
+
+void dbp_desc_own_tensor(dbp_desc *f) {
+  const DLTensor *t = &f->tensor;
   int nd = t->ndim;
+  if (nd == 0) { /* as DLPack says a 0-d tensor: no arrays */
+    f->tensor.shape = NULL;
+    f->tensor.strides = NULL;
+    return;
+  }
+  if (t->shape == f->el_shape) return;
+  /* In place is safe: el_shape/el_strides are not what t points at. */
   for (int i = 0; i < nd; i++) f->el_shape[i] = t->shape[i];
   if (t->strides) {
     for (int i = 0; i < nd; i++) f->el_strides[i] = t->strides[i];
@@ -108,20 +133,8 @@ int dbp_desc_describe(dbp_desc *f, const DLTensor *t, uint64_t dl_flags, DLPackV
       if (__builtin_mul_overflow(s, t->shape[i], &s)) s = 0;
     }
   }
-  f->tensor.shape = nd ? f->el_shape : NULL;
-  f->tensor.strides = nd ? f->el_strides : NULL;
-  /* Every identifier describe() gives is a string of at least 4 bytes
-   * with its NUL ("cpu", "devbuf.*"): a 4-byte compare, inlined. */
-  f->is_host = memcmp(f->desc.identifier, "cpu", 4) == 0;
-  if ((f->desc.flags & DEVBUF_DLPACK_HANDLE) && t->byte_offset != 0) {
-    PyErr_Format(PyExc_BufferError,
-                 "a %s tensor with byte_offset %llu cannot be re-exported: its data is a memory "
-                 "handle, and the buffer protocol has no offset field",
-                 devbuf_dlpack_device_type_name(f->desc.dl_device_type),
-                 (unsigned long long)t->byte_offset);
-    return -1;
-  }
-  return 0;
+  f->tensor.shape = f->el_shape;
+  f->tensor.strides = f->el_strides;
 }
 
 dbp_desc *dbp_desc_from_versioned(DLManagedTensorVersioned *m, PyObject *producer) {

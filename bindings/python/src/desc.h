@@ -42,7 +42,9 @@ typedef struct dbp_desc {
   const char *identifier;   /* interned identifier once info_ready */
   devbuf_device dev;
   uint64_t dl_flags;        /* DLPACK_FLAG_BITMASK_* as received (or derived) */
-  DLTensor tensor;          /* as received; shape/strides point at el_shape/el_strides */
+  DLTensor tensor;          /* as received; shape/strides point into the producer's tensor
+                             * (alive while `managed` is) until dbp_desc_own_tensor points
+                             * them at el_shape/el_strides */
   int64_t el_shape[DEVBUF_DLPACK_MAX_NDIM];
   int64_t el_strides[DEVBUF_DLPACK_MAX_NDIM];
   union {
@@ -59,9 +61,15 @@ dbp_desc *dbp_desc_new(int kind, PyObject *source);
  * then the description: exactly once. Keeps any pending exception, and lets
  * none that the deleter raises escape. NULL is allowed. */
 void dbp_desc_free(dbp_desc *d);
-/* Describe `t` (checked by libdevbuf) into d, copying its shape and
- * strides. 0, or -1 with BufferError. Takes no ownership. */
+/* Describe `t` (checked by libdevbuf) into d. 0, or -1 with BufferError.
+ * Takes no ownership; d->tensor still points at t's shape and strides. */
 int dbp_desc_describe(dbp_desc *d, const DLTensor *t, uint64_t dl_flags, DLPackVersion version);
+/* Copy d->tensor's shape and strides into d (strides made explicit), so
+ * that d->tensor outlives the tensor it was described from: right after
+ * describing a tensor that does not live as long as d (a reader's own), and
+ * before d->tensor is handed out (a ForeignArray's exchange table). The
+ * hot path, a view of a managed tensor, never needs the copy. */
+void dbp_desc_own_tensor(dbp_desc *d);
 /* The layout invariant (layout.c) on a described tensor, naming `what`. */
 int dbp_desc_check(const devbuf_dlpack_desc *d, const char *what);
 /* A versioned tensor's description, owning m on success (on failure the

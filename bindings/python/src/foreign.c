@@ -16,6 +16,7 @@
 DbpForeign *dbp_foreign_wrap(dbp_desc *d) {
   DbpForeign *f = PyObject_New(DbpForeign, &DbpForeign_Type);
   if (f == NULL) return NULL;
+  dbp_desc_own_tensor(d); /* its DLTensor is handed out by the exchange table */
   f->d = d;
   f->exports = 0;
   f->weakreflist = NULL;

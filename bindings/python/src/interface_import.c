@@ -276,6 +276,7 @@ dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
     dbp_desc_free(f);
     return NULL;
   }
+  dbp_desc_own_tensor(f); /* `t` and its arrays are on this stack */
   if (tm) {
     /* Checked as any format (the unit by devbuf's namespace, 8 bytes). */
     memcpy(f->desc.format, time_fmt, sizeof time_fmt);
