@@ -103,7 +103,11 @@ static dbp_desc *import_exchange(PyObject *obj, const devbuf_dlpack_exchange_api
 
 /* legacy_writable: the caller vouched that a pre-1.0 producer allows
  * writes; otherwise a legacy tensor is read-only (it cannot say). */
-static dbp_desc *import_capsule(PyObject *cap, PyObject *producer, int legacy_writable) {
+/* not_cpu: when not NULL, a tensor that is not on kDLCPU is left in the
+ * capsule (not consumed, no exception) and *not_cpu set: the caller skipped
+ * the device query on the word of the producer type's cache. */
+static dbp_desc *import_capsule(PyObject *cap, PyObject *producer, int legacy_writable,
+                                int *not_cpu) {
   if (!PyCapsule_CheckExact(cap)) {
     PyErr_Format(PyExc_TypeError, "__dlpack__ returned %.100s, not a PyCapsule",
                  Py_TYPE(cap)->tp_name);
@@ -128,6 +132,18 @@ static dbp_desc *import_capsule(PyObject *cap, PyObject *producer, int legacy_wr
   }
   void *p = PyCapsule_GetPointer(cap, name);
   if (p == NULL) return NULL;
+  if (not_cpu != NULL) {
+    /* Another major's layout is not read here: the import below refuses it. */
+    const DLTensor *t = versioned ? (((DLManagedTensorVersioned *)p)->version.major ==
+                                             DEVBUF_DLPACK_MAJOR
+                                         ? &((DLManagedTensorVersioned *)p)->dl_tensor
+                                         : NULL)
+                                  : &((DLManagedTensor *)p)->dl_tensor;
+    if (t != NULL && t->device.device_type != kDLCPU) {
+      *not_cpu = 1;
+      return NULL;
+    }
+  }
   dbp_desc *f;
   if (versioned) {
     /* Another major: refuse without consuming, so that the capsule's own
@@ -182,6 +198,8 @@ static PyObject *consumer_stream(DLDevice pd) {
   }
 }
 
+static PyTypeObject *g_ndarray; /* set once, to the same value by any thread */
+
 /* obj.__dlpack_device__() as (type, id), or -1 with an exception. *has = 0
  * when the method is missing. */
 static int producer_device(PyObject *obj, DLDevice *out, int *has) {
@@ -190,7 +208,6 @@ static int producer_device(PyObject *obj, DLDevice *out, int *has) {
    * always answers (kDLCPU, 0)): skip the round trip, a third of an import.
    * Only the exact C type: a subclass may say otherwise. A Python class's
    * tp_name has no dot, so no other type can pass this name test. */
-  static PyTypeObject *g_ndarray; /* set once, to the same value by any thread */
   PyTypeObject *type = Py_TYPE(obj), *ndarray = (PyTypeObject *)DBP_LOAD_PTR(&g_ndarray);
   if (type == ndarray || (ndarray == NULL && !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
                           strcmp(type->tp_name, "numpy.ndarray") == 0)) {
@@ -282,12 +299,61 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *fn, int unbound, PyObject 
 
 /* fn: obj.__dlpack__ when the caller found it on the instance, else NULL
  * (the type's method is called). */
+/* The device query, cached per producer type that has only answered
+ * kDLCPU (the DLPack spec asks for __dlpack_device__ to choose the stream,
+ * and for the CPU the stream is None). Per thread, so that no lock is taken
+ * and nothing is shared without the GIL; keyed by interpreter, type and the
+ * type's version tag (a changed or new type gets a new tag). Every import
+ * that skipped the query checks the tensor's device before taking it: a
+ * type caught off the CPU is marked so and never skips the query again. */
+enum { CPU_TYPES = 8 };
+static _Thread_local struct {
+  PyInterpreterState *interp;
+  PyTypeObject *type;
+  unsigned int tag;
+  int cpu_only; /* 1: only kDLCPU seen; 0: seen elsewhere */
+} t_cpu_types[CPU_TYPES];
+
+/* 1 if `type` answered only kDLCPU so far; 0 if unknown or not. */
+static int cpu_type_cached(PyTypeObject *type, PyInterpreterState *interp) {
+  size_t i = ((size_t)(uintptr_t)type >> 4) & (CPU_TYPES - 1);
+  return t_cpu_types[i].type == type && t_cpu_types[i].interp == interp &&
+         type->tp_version_tag != 0 && t_cpu_types[i].tag == type->tp_version_tag &&
+         (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && t_cpu_types[i].cpu_only;
+}
+
+static void cpu_type_note(PyTypeObject *type, PyInterpreterState *interp, int cpu) {
+  if (type->tp_version_tag == 0 || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return;
+  size_t i = ((size_t)(uintptr_t)type >> 4) & (CPU_TYPES - 1);
+  /* Once off the CPU, a type stays off: a CPU answer does not overwrite it. */
+  if (cpu && t_cpu_types[i].type == type && t_cpu_types[i].interp == interp &&
+      t_cpu_types[i].tag == type->tp_version_tag && !t_cpu_types[i].cpu_only)
+    return;
+  t_cpu_types[i].interp = interp;
+  t_cpu_types[i].type = type;
+  t_cpu_types[i].tag = type->tp_version_tag;
+  t_cpu_types[i].cpu_only = cpu;
+}
+
 static dbp_desc *import_dlpack_call(PyObject *obj, PyObject *fn, int unbound,
                                       PyObject *dl_device, PyObject *copy, int *dropped,
                                       int legacy_writable) {
   DLDevice pd;
   int has = 0;
-  if (producer_device(obj, &pd, &has) < 0) return NULL;
+  PyTypeObject *type = Py_TYPE(obj);
+  /* NumPy's ndarray needs no cache (producer_device knows it); a requested
+   * device may move the data, so then the producer is always asked. */
+  int cacheable = dl_device == Py_None && type != (PyTypeObject *)DBP_LOAD_PTR(&g_ndarray);
+  PyInterpreterState *interp = cacheable ? PyInterpreterState_Get() : NULL;
+  int skip = cacheable && cpu_type_cached(type, interp);
+  if (skip) {
+    pd.device_type = kDLCPU;
+    pd.device_id = 0;
+    has = 1;
+  } else {
+    if (producer_device(obj, &pd, &has) < 0) return NULL;
+    if (has && cacheable) cpu_type_note(type, interp, pd.device_type == kDLCPU);
+  }
   PyObject *stream = has ? consumer_stream(pd) : Py_NewRef(Py_None);
   if (stream == NULL) return NULL;
   PyObject *cap = call_dlpack(obj, fn, unbound, stream, dl_device, copy, dropped);
@@ -305,8 +371,16 @@ static dbp_desc *import_dlpack_call(PyObject *obj, PyObject *fn, int unbound,
   }
   Py_DECREF(stream);
   if (cap == NULL) return NULL;
-  dbp_desc *f = import_capsule(cap, obj, legacy_writable);
+  int not_cpu = 0;
+  dbp_desc *f = import_capsule(cap, obj, legacy_writable, skip ? &not_cpu : NULL);
   Py_DECREF(cap); /* consumed: its destructor does nothing; else it deletes */
+  if (not_cpu) {
+    /* The cache was wrong for this object: it was exported without the
+     * device query and the stream it asks for (the capsule, unconsumed, has
+     * just been deleted). Mark the type and import again the full way. */
+    cpu_type_note(type, interp, 0);
+    return import_dlpack_call(obj, fn, unbound, dl_device, copy, dropped, legacy_writable);
+  }
   if (f != NULL && dbp_desc_after_stream_import(f) < 0) {
     dbp_desc_free(f);
     f = NULL;
@@ -363,14 +437,19 @@ dbp_desc *dbp_interop_import(PyObject *obj, PyObject **notes_out) {
     if (step == 0) {
       /* The type's method through its cache (no attribute error made and
        * cleared, as PyObject_HasAttr does), else an instance attribute. */
-      PyObject *fn = NULL;
-      if (_PyType_Lookup(Py_TYPE(obj), g_s_dlpack) == NULL) {
+      PyObject *fn = NULL, *descr = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack); /* borrowed */
+      int unbound = 0;
+      if (descr == NULL) {
         /* As PyObject_HasAttr did: a failing __getattr__ means "no". */
         if (dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) PyErr_Clear();
         if (fn == NULL) continue;
+      } else if (method_call_is_direct(Py_TYPE(obj), descr)) {
+        /* What obj.__dlpack__(...) would call, as from_dlpack() does. */
+        fn = Py_NewRef(descr);
+        unbound = 1;
       }
       int dropped;
-      f = import_dlpack_call(obj, fn, 0, Py_None, Py_None, &dropped, 0);
+      f = import_dlpack_call(obj, fn, unbound, Py_None, Py_None, &dropped, 0);
       Py_XDECREF(fn);
     } else {
       if (dbp_compat_LookupAttr(obj, step == 1 ? g_s_cai : g_s_ai, &d) < 0) break;
