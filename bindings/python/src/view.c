@@ -3,7 +3,11 @@
  * devbuf.view(obj) asks `obj` for an extended buffer (PyBUF_RECORDS_RO |
  * PyBUF_DEVICE through DevbufPy_GetBufferEx) and holds it: the producer stays
  * alive through view.obj, and the export is released exactly once (release(),
- * __exit__, or deallocation, whichever comes first).
+ * __exit__, or deallocation, whichever comes first). A producer without the
+ * buffer protocol (DLPack, CUDA Array Interface, array interface) is read
+ * into the one import description (desc.h), which the view owns itself
+ * (`held`) and releases exactly once the same way; its fields fill `buf` as
+ * an export would. See docs/consumers.md, "The one import path".
  *
  * Construction is the hot path (a consumer makes one per call), so it does
  * only the buffer request: the identifier's device_info is imported (checked
@@ -528,10 +532,10 @@ DBP_LOCKED_GETTER(DbpView, get_dtype)
 
 static PyGetSetDef view_getset[] = {
     {"obj", (getter)get_obj, NULL,
-     "the exporter whose buffer the view holds (kept alive): the producer itself when it speaks "
-     "the buffer protocol; for DLPack, CUDA Array Interface, array interface and Arrow "
-     "producers the devbuf.ForeignArray or devbuf.ArrowArray in between, whose .obj is the "
-     "producer", NULL},
+     "what keeps the memory alive: the producer itself when it speaks the buffer protocol; "
+     "for DLPack, CUDA Array Interface and array interface producers a devbuf.ForeignArray "
+     "holding the view's description (made on first access), for Arrow producers the "
+     "devbuf.ArrowArray in between; their .obj is the producer", NULL},
     {"released", (getter)get_released, NULL, "True once the export was released", NULL},
     {"is_device", (getter)get_is_device, NULL,
      "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
