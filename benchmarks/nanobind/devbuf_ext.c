@@ -2,7 +2,9 @@
  * (bindings/python/include/devbuf_buffer.h), which also reports the device,
  * the sync to honour (device_info) and the format. An object without the
  * buffer protocol (a DLPack-only producer) goes through devbuf's C API
- * capsule (devbuf_capi.h: devbuf.view in C), still without linking libdevbuf. */
+ * capsule (devbuf_capi.h: Import_FromObject, the import description without
+ * any view object; the stream hand-off and the deleter as devbuf.view does
+ * them), still without linking libdevbuf. */
 #include <Python.h>
 
 #include "devbuf_capi.h"
@@ -17,13 +19,10 @@ static PyObject *data_ptr(PyObject *self, PyObject *obj) {
     DevbufPy_BufferRelease(&b);
     return PyLong_FromVoidPtr(p);
   }
-  PyObject *v = api->View_FromObject(obj, 0);
-  if (v == NULL) return NULL;
-  DevbufPy_ViewInfo info = {sizeof info};
-  void *p = api->View_GetInfo(v, &info) == 0 ? info.ptr : NULL;
-  api->View_Release(v);
-  Py_DECREF(v);
-  if (p == NULL && PyErr_Occurred()) return NULL;
+  DevbufPy_Import imp = {sizeof imp};
+  if (api->Import_FromObject(obj, 0, &imp) < 0) return NULL;
+  void *p = imp.buffer.view.buf;
+  api->Import_Release(&imp);
   return PyLong_FromVoidPtr(p);
 }
 
@@ -36,5 +35,9 @@ static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_devbuf_bench", NULL, -
 PyMODINIT_FUNC PyInit__devbuf_bench(void) {
   api = DevbufPy_ImportCAPI();
   if (api == NULL) return NULL;
+  if (!DEVBUFPY_CAPI_HAS(api, Import_Release)) {
+    PyErr_SetString(PyExc_ImportError, "this benchmark needs devbuf C API 1.1 (Import_FromObject)");
+    return NULL;
+  }
   return PyModule_Create(&mod);
 }

@@ -452,3 +452,54 @@ def test_opencl_handles_through_dlpack():
     with pytest.raises(BufferError, match="handle"):
         devbuf.from_dlpack(Producer(a, device=(4, 0), data=b.ptr, byte_offset=8, shape=(4,),
                                     strides=(1,)))
+
+
+# ---- the device query, cached per CPU-only producer type (issue 33) ---------------
+
+def _counting_producer():
+    """A fresh producer type (the cache is per type) that forwards to .a. It
+    counts into a list: setting a class attribute would change the type (and
+    its version tag, which the cache is keyed on)."""
+    calls = []
+
+    class Fwd:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            calls.append(1)
+            return self.a.__dlpack_device__()
+    return Fwd, calls
+
+
+def test_device_query_is_cached_for_a_type_seen_only_on_the_cpu():
+    Fwd, calls = _counting_producer()
+    a = np.arange(6.0)
+    for _ in range(3):
+        v = devbuf.view(Fwd(a))
+        assert v.ptr == a.ctypes.data and not v.is_device
+        v.release()
+    assert len(calls) == 1  # asked once; the next imports checked the tensor instead
+    assert np.array_equal(np.asarray(devbuf.from_dlpack(Fwd(a))), a)
+    assert len(calls) == 1
+
+
+def test_a_cached_cpu_type_caught_on_a_device_is_asked_again(sim):
+    Fwd, calls = _counting_producer()
+    a = np.arange(4, dtype=np.int32)
+    devbuf.view(Fwd(a)).release()
+    devbuf.view(Fwd(a)).release()
+    assert len(calls) == 1
+    b = devbuf.from_host(a, device=sim)
+    v = devbuf.view(Fwd(b))  # skipped the query, saw kDLExtDev, imported again the full way
+    assert v.is_device and v.identifier == "devbuf.sim" and v.ptr == b.ptr
+    assert len(calls) == 2
+    v.release()
+    gc.collect()
+    assert b.exports == 0  # the capsule of the first try was deleted unconsumed
+    devbuf.view(Fwd(a)).release()  # once seen off the CPU, always asked
+    devbuf.view(Fwd(a)).release()
+    assert len(calls) == 4

@@ -66,7 +66,7 @@ extern "C" {
 
 #define DEVBUFPY_CAPI_NAME "devbuf._devbuf._C_API"
 #define DEVBUFPY_CAPI_VERSION_MAJOR 1
-#define DEVBUFPY_CAPI_VERSION_MINOR 0
+#define DEVBUFPY_CAPI_VERSION_MINOR 1
 
 /* What a view holds, for C consumers. Set struct_size before the call; the
  * callee fills what fits. Pointers stay valid while the view is not released. */
@@ -89,6 +89,31 @@ typedef struct DevbufPy_ViewInfo {
   void *stream;                    /* producer stream, or NULL */
   const DevbufPy_buffer_ext *buffer; /* the held extended buffer itself */
 } DevbufPy_ViewInfo;
+
+/* An import without any Python object of devbuf's (C API 1.1): the one
+ * description that devbuf.view() and devbuf.from_dlpack() hold, filled by
+ * the reader of whichever protocol the producer speaks (the DLPack C
+ * exchange table, __dlpack__ with the stream hand-off, the CUDA Array
+ * Interface, the array interface). Set struct_size before the call. The
+ * producer (or its DLPack tensor) is held until Import_Release, which calls
+ * the tensor's deleter exactly once; release every successful import, with
+ * the GIL held, and only once. Not shared between threads unless the caller
+ * orders them. */
+typedef struct DevbufPy_Import {
+  size_t struct_size;              /* in: sizeof(DevbufPy_Import) */
+  /* As DevbufPy_GetBufferEx(obj, PyBUF_RECORDS_RO | PyBUF_DEVICE) answers:
+   * pointer, len, itemsize, readonly, ndim, format, shape, strides (never
+   * NULL for ndim > 0), and for device memory PyBUF_DEVICE in flags with the
+   * identifier and its device_info (whose event is the sync to honour).
+   * buffer.view.obj is NULL: release with Import_Release, never
+   * PyBuffer_Release. */
+  DevbufPy_buffer_ext buffer;
+  void *event;                     /* the event to wait on before reading, or NULL */
+  void *stream;                    /* the producer stream it was recorded on, or NULL */
+  int is_device;                   /* DevbufPy_BufferIsDevice(&buffer) */
+  int host_accessible;             /* the host may dereference the pointer (after the event) */
+  void *owner_;                    /* private to devbuf */
+} DevbufPy_Import;
 
 typedef struct DevbufPy_CAPI {
   /* ---- header (fixed for every major) ------------------------------------------------ */
@@ -189,6 +214,17 @@ typedef struct DevbufPy_CAPI {
                       const char **source, devbuf_error *err);
   int (*dtype_interpret)(const char *id, const char *payload, size_t len,
                          devbuf_dtype_desc *out, devbuf_error *err);
+
+  /* ---- 1.1: imports without a view object (DEVBUFPY_CAPI_HAS(api, Import_Release)) ---- */
+  /* Fill *out from an object WITHOUT the buffer protocol (a DLPack-only
+   * producer; for buffer exporters use GetBufferEx): the same readers, checks
+   * and messages as devbuf.view(obj), no devbuf object made. flags: 0 or
+   * PyBUF_WRITABLE. 0, or -1 with an exception (TypeError when obj speaks no
+   * protocol devbuf reads). */
+  int (*Import_FromObject)(PyObject *obj, int flags, DevbufPy_Import *out);
+  /* Release what Import_FromObject took (the deleter, the producer), once;
+   * the fields are cleared. NULL or an already released import: nothing. */
+  void (*Import_Release)(DevbufPy_Import *imp);
 
   /* New fields go here, and only here (bump DEVBUFPY_CAPI_VERSION_MINOR). */
 } DevbufPy_CAPI;

@@ -2,6 +2,8 @@
  * rules in include/devbuf_capi.h). The table is static and filled once, at
  * module init. */
 #include "dbp.h"
+#include "desc.h"
+#include "interop.h"
 
 #include "devbuf/format.h"
 #include "devbuf_capi.h"
@@ -125,6 +127,48 @@ static PyObject *capi_buffer_copy_to(PyObject *buffer, PyObject *device) {
 
 static PyObject *capi_set_error(const devbuf_error *err) { return dbp_raise(err); }
 
+/* The DeviceView's own route (view.c) without the view: the reader fills
+ * the one description, and the caller's struct points into it. */
+static int capi_import_from_object(PyObject *obj, int flags, DevbufPy_Import *out) {
+  if (out == NULL || out->struct_size < sizeof(DevbufPy_Import)) {
+    PyErr_SetString(PyExc_ValueError, "DevbufPy_Import: struct_size not set or too small");
+    return -1;
+  }
+  size_t size = out->struct_size;
+  memset(out, 0, sizeof *out);
+  out->struct_size = size;
+  dbp_desc *d = dbp_interop_import(obj, NULL);
+  if (d == NULL) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_TypeError,
+                   "devbuf C API Import_FromObject: %.100s speaks no protocol devbuf imports "
+                   "(the DLPack exchange table, __dlpack__, __cuda_array_interface__, "
+                   "__array_interface__); use GetBufferEx for buffer exporters",
+                   Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  if (dbp_desc_export(d, &out->buffer.view, PyBUF_RECORDS_RO | PyBUF_DEVICE | (flags & PyBUF_WRITABLE)) < 0) {
+    dbp_desc_free(d);
+    memset(&out->buffer, 0, sizeof out->buffer);
+    return -1;
+  }
+  out->is_device = DevbufPy_BufferIsDevice(&out->buffer);
+  out->host_accessible = d->is_host || (d->desc.flags & DEVBUF_DLPACK_HOST_ACCESSIBLE);
+  out->event = d->event;
+  out->stream = d->event ? d->stream : NULL;
+  out->owner_ = d;
+  return 0;
+}
+
+static void capi_import_release(DevbufPy_Import *imp) {
+  if (imp == NULL || imp->owner_ == NULL) return;
+  dbp_desc *d = imp->owner_;
+  size_t size = imp->struct_size;
+  memset(imp, 0, sizeof *imp);
+  imp->struct_size = size;
+  dbp_desc_free(d);
+}
+
 static DevbufPy_CAPI g_capi;
 
 int dbp_capi_init(PyObject *module) {
@@ -180,6 +224,8 @@ int dbp_capi_init(PyObject *module) {
   c->dtype_unregister = devbuf_dtype_unregister;
   c->dtype_lookup = devbuf_dtype_lookup;
   c->dtype_interpret = devbuf_dtype_interpret;
+  c->Import_FromObject = capi_import_from_object;
+  c->Import_Release = capi_import_release;
   PyObject *cap = PyCapsule_New(c, DEVBUFPY_CAPI_NAME, NULL);
   if (cap == NULL) return -1;
   int rc = PyModule_AddObjectRef(module, "_C_API", cap);

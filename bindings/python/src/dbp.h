@@ -166,7 +166,9 @@ PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs);
 /* ---- view.c --------------------------------------------------------------------- */
 typedef struct DbpView {
   PyObject_HEAD
-  DevbufPy_buffer_ext buf; /* the held export */
+  DevbufPy_buffer_ext buf; /* the held export, or the held description's fields */
+  struct dbp_desc *held;   /* an import's description (desc.h), owned; NULL: `buf` is an
+                              export of the producer (buf.view.obj) */
   int released;
   int resolved;            /* `dev`/`desc` filled from device_info (device buffers) */
   int is_device;           /* DevbufPy_BufferIsDevice(&buf) */

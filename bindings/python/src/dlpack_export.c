@@ -12,6 +12,7 @@
  * when the consumer's max_version is (1, x) or newer, "dltensor" otherwise;
  * a consumer renames the capsule to "used_..." and the capsule's destructor
  * calls the deleter only for a capsule that was never consumed. */
+#include "desc.h"
 #include "interop.h"
 
 #include <string.h>
@@ -766,13 +767,12 @@ static int xa_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
 
 static int xa_to_py_object_view(DLManagedTensorVersioned *tensor, void **out_py_object) {
   *out_py_object = NULL;
-  DbpForeign *f = dbp_foreign_from_versioned(tensor, NULL);
-  if (f == NULL) {
+  dbp_desc *d = dbp_desc_from_versioned(tensor, NULL);
+  if (d == NULL) {
     devbuf_dlpack_delete_versioned(tensor); /* ownership was stolen */
     return -1;
   }
-  DbpView *v = dbp_view_new((PyObject *)f, 0);
-  Py_DECREF(f);
+  DbpView *v = dbp_view_from_desc(d, 0); /* owns d, even on failure */
   if (v == NULL) return -1;
   *out_py_object = v;
   return 0;
@@ -797,13 +797,14 @@ static int xa_dltensor_foreign(void *py_object, DLTensor *out) {
                  Py_TYPE(o)->tp_name);
     return -1;
   }
-  if (((DbpForeign *)o)->format_only) {
+  const dbp_desc *d = ((DbpForeign *)o)->d;
+  if (d->format_only) {
     PyErr_Format(PyExc_BufferError,
                  "devbuf exchange table: this devbuf.ForeignArray holds '%s', which has no DLPack "
-                 "dtype", ((DbpForeign *)o)->desc.format);
+                 "dtype", d->desc.format);
     return -1;
   }
-  *out = ((DbpForeign *)o)->tensor;
+  *out = d->tensor;
   return 0;
 }
 

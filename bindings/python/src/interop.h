@@ -5,10 +5,10 @@
  *                    __array_interface__, __cuda_array_interface__ and the
  *                    DLPack 1.3 C exchange table on DeviceBuffer, DeviceView
  *                    and ForeignArray.
- *   dlpack_import.c  consumer side: devbuf.ForeignArray (memory of another
- *                    library, re-exported through the extended buffer
- *                    protocol), devbuf.from_dlpack(), and the fallback of
- *                    devbuf.view() for objects without the buffer protocol.
+ *   dlpack_import.c  consumer side: the DLPack reader, devbuf.from_dlpack(),
+ *                    and the route order of devbuf.view() for objects
+ *                    without the buffer protocol. The import description,
+ *                    ForeignArray and the interface reader: desc.h.
  *
  * The C work (validation, mappings, managed-tensor construction) is in
  * libdevbuf's devbuf/dlpack.h; these files only add the Python rules. See
@@ -23,55 +23,16 @@
 _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "Py_ssize_t must be 64-bit");
 
 /* ---- dlpack_import.c ------------------------------------------------------- */
-typedef struct DbpForeign {
-  PyObject_HEAD
-  int kind;                 /* enum dbp_foreign_kind */
-  int is_host;              /* identifier "cpu": a plain CPU buffer */
-  int info_ready;           /* `info`, `identifier` valid */
-  int has_dev;              /* `dev` opened */
-  int format_only;          /* desc.format has no DLPack dtype (datetime64): `tensor.dtype`
-                             * is only its storage, never exported as the type */
-  Py_ssize_t exports;       /* live buffer exports */
-  void *managed;            /* DLManagedTensorVersioned* / DLManagedTensor*, owned; or NULL */
-  PyObject *source;         /* the producer (kept alive), or NULL */
-  void *event;              /* owned event on `dev` that readers wait on, or NULL */
-  void *stream;             /* the producer's stream `event` was recorded on (NULL: default) */
-  const char *identifier;   /* interned identifier once info_ready */
-  devbuf_device dev;
-  uint64_t dl_flags;        /* DLPACK_FLAG_BITMASK_* as received (or derived) */
-  DLTensor tensor;          /* as received; shape/strides point at el_shape/el_strides */
-  int64_t el_shape[DEVBUF_DLPACK_MAX_NDIM];
-  int64_t el_strides[DEVBUF_DLPACK_MAX_NDIM];
-  union {
-    devbuf_device_info info;
-    uint64_t raw[32];
-  } info;
-  devbuf_dlpack_desc desc;  /* items, byte strides, format, flags */
-  PyObject *weakreflist;
-} DbpForeign;
-
-enum dbp_foreign_kind {
-  DBP_FOREIGN_DLPACK = 1,         /* a versioned managed tensor */
-  DBP_FOREIGN_DLPACK_LEGACY = 2,  /* a legacy managed tensor */
-  DBP_FOREIGN_CAI = 3,            /* __cuda_array_interface__ */
-  DBP_FOREIGN_ARRAY_INTERFACE = 4 /* __array_interface__ */
-};
-
-extern PyTypeObject DbpForeign_Type;
-
-/* Wrap an owning versioned tensor (ownership passes to the new object on
- * success; on failure the caller still owns it). `producer` may be NULL. */
-DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *producer);
-/* For devbuf.view(): an exporter for an object without the buffer protocol
- * that speaks the DLPack C exchange table, __dlpack__, the CUDA Array
- * Interface or the array interface (tried in that order). New reference;
- * NULL with an exception on failure; NULL WITHOUT an exception when obj
- * speaks none of them. */
-PyObject *dbp_interop_exporter(PyObject *obj);
-/* The same, but when every route fails with BufferError their reasons are
- * appended to *notes (a list, made when NULL) instead of raised: NULL with
- * no exception then. The caller owns *notes. */
-PyObject *dbp_interop_exporter_noted(PyObject *obj, PyObject **notes);
+typedef struct dbp_desc dbp_desc; /* desc.h */
+/* For devbuf.view(): the description of an object without the buffer
+ * protocol that speaks the DLPack C exchange table, __dlpack__, the CUDA
+ * Array Interface or the array interface (tried in that order). Owned by
+ * the caller; NULL with an exception on failure; NULL WITHOUT an exception
+ * when obj speaks none of them. When every route fails with BufferError
+ * and notes is not NULL, their reasons are appended to *notes (a list,
+ * made when NULL; the caller owns it) instead of raised: NULL with no
+ * exception then. */
+dbp_desc *dbp_interop_import(PyObject *obj, PyObject **notes);
 /* Append "route: Type: message" of the pending exception to *notes (made
  * when NULL) and clear it; 0, or -1 with an exception. */
 int dbp_route_note(PyObject **notes, const char *route);

@@ -3,7 +3,11 @@
  * devbuf.view(obj) asks `obj` for an extended buffer (PyBUF_RECORDS_RO |
  * PyBUF_DEVICE through DevbufPy_GetBufferEx) and holds it: the producer stays
  * alive through view.obj, and the export is released exactly once (release(),
- * __exit__, or deallocation, whichever comes first).
+ * __exit__, or deallocation, whichever comes first). A producer without the
+ * buffer protocol (DLPack, CUDA Array Interface, array interface) is read
+ * into the one import description (desc.h), which the view owns itself
+ * (`held`) and releases exactly once the same way; its fields fill `buf` as
+ * an export would. See docs/consumers.md, "The one import path".
  *
  * Construction is the hot path (a consumer makes one per call), so it does
  * only the buffer request: the identifier's device_info is imported (checked
@@ -16,7 +20,8 @@
  * while re-exported (BufferError), nor while a GIL-free operation runs on it. */
 #include "dbp.h"
 #include "arrow.h"   /* dbp_arrow_exporter */
-#include "interop.h" /* dbp_interop_exporter */
+#include "desc.h"    /* dbp_desc, DbpForeign */
+#include "interop.h" /* dbp_interop_import */
 
 #include <string.h>
 
@@ -46,7 +51,7 @@ enum { VIEW_FREELIST = 4 };
 static DbpView *g_view_free[VIEW_FREELIST > 0 ? VIEW_FREELIST : 1];
 static int g_view_nfree;
 
-DbpView *dbp_view_new(PyObject *obj, int flags) {
+static DbpView *view_alloc(void) {
   DbpView *v;
   if (VIEW_FREELIST > 0 && g_view_nfree > 0) {
     v = g_view_free[--g_view_nfree];
@@ -60,12 +65,60 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
   v->is_device = 0;
   v->exports = 0;
   v->pins = 0;
+  v->held = NULL;
   v->device_obj = NULL;
   v->dtype_obj = NULL;
   v->weakreflist = NULL;
   memset(&v->ledger, 0, sizeof v->ledger);
+  return v;
+}
+
+/* The view holds what it now describes (an export or a description). */
+static DbpView *view_finish(DbpView *v) {
+  v->released = 0;
+  v->is_device = DevbufPy_BufferIsDevice(&v->buf);
+  PyObject_GC_Track(v);
+  return v;
+}
+
+/* Take `d` (freed on failure): the view's Py_buffer points into it, with
+ * every check of an export of it; nothing is exported in between. */
+static int view_take_desc(DbpView *v, dbp_desc *d, int flags) {
+  v->buf.flags = 0;
+  v->buf.ext_flags = 0;
+  v->buf.device = NULL;
+  v->buf.device_info = NULL;
+  if (dbp_desc_export(d, &v->buf.view, VIEW_FLAGS | flags) < 0) {
+    v->buf.device = NULL;
+    v->buf.device_info = NULL;
+    dbp_desc_free(d);
+    return -1;
+  }
+  v->held = d;
+  return 0;
+}
+
+DbpView *dbp_view_from_desc(dbp_desc *d, int flags) {
+  DbpView *v = view_alloc();
+  if (v == NULL) {
+    dbp_desc_free(d);
+    return NULL;
+  }
+  if (view_take_desc(v, d, flags) < 0) {
+    Py_DECREF(v);
+    return NULL;
+  }
+  /* The description passed the layout check when it was filled (every
+   * reader goes through dbp_desc_describe); it is immutable since. */
+  return view_finish(v);
+}
+
+DbpView *dbp_view_new(PyObject *obj, int flags) {
+  DbpView *v = view_alloc();
+  if (v == NULL) return NULL;
   /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
-   * producers get a devbuf.ForeignArray, which is one (dlpack_import.c). */
+   * producers are read into a description the view owns (desc.h); Arrow
+   * producers get a devbuf.ArrowArray, which is an exporter (arrow.c). */
   PyObject *foreign = NULL, *producer = obj;
   if (!PyObject_CheckBuffer(obj)) {
     /* Arrow before __dlpack__: its capsule carries the producer's
@@ -74,7 +127,16 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
      * fast path (a cached per-type lookup) without the Arrow lookups. */
     if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred())
       foreign = dbp_arrow_exporter(obj);
-    if (foreign == NULL && !PyErr_Occurred()) foreign = dbp_interop_exporter(obj);
+    if (foreign == NULL && !PyErr_Occurred()) {
+      dbp_desc *d = dbp_interop_import(obj, NULL);
+      if (d != NULL) {
+        if (view_take_desc(v, d, flags) < 0) {
+          Py_DECREF(v);
+          return NULL;
+        }
+        return view_finish(v);
+      }
+    }
     if (foreign == NULL && PyErr_Occurred()) {
       Py_DECREF(v);
       return NULL;
@@ -86,16 +148,17 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
      * with ml_dtypes' bfloat16) may still say it through DLPack or the
      * array interface; if not, its own error stands. */
     PyObject *t, *e, *tb, *notes = NULL;
+    dbp_desc *d = NULL;
     PyErr_Fetch(&t, &e, &tb);
     if (foreign == NULL && (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
                             PyErr_GivenExceptionMatches(t, PyExc_BufferError)))
-      foreign = dbp_interop_exporter_noted(obj, &notes);
-    if (foreign != NULL && DevbufPy_GetBufferEx(foreign, &v->buf, VIEW_FLAGS | flags) == 0) {
+      d = dbp_interop_import(obj, &notes);
+    if (d != NULL && view_take_desc(v, d, flags) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);
       Py_XDECREF(notes);
-      goto got;
+      return view_finish(v);
     }
     PyErr_Clear();
     if (notes != NULL) {
@@ -116,7 +179,6 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     Py_DECREF(v);
     return NULL;
   }
-got:
   Py_XDECREF(foreign); /* the export holds it */
   /* A writable request answered read-only (a read-only pyarrow Tensor
    * does): whatever getbuffer returned, the producer said no. */
@@ -130,21 +192,23 @@ got:
     return NULL;
   }
   /* The producer's description must be self-consistent before devbuf
-   * re-exports or copies it (issue 20); its memory size is its own word.
-   * A ForeignArray passed this same check on the same immutable description
-   * when it was made (every constructor goes through foreign_describe): the
-   * second one was a tenth of each from_dlpack(). */
-  if ((v->buf.view.obj == NULL || Py_TYPE(v->buf.view.obj) != &DbpForeign_Type) &&
-      dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
+   * re-exports or copies it (issue 20); its memory size is its own word. */
+  if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
                             DBP_LAYOUT_BUFFER_ERROR) < 0) {
     DevbufPy_BufferRelease(&v->buf);
     Py_DECREF(v);
     return NULL;
   }
-  v->released = 0;
-  v->is_device = DevbufPy_BufferIsDevice(&v->buf);
-  PyObject_GC_Track(v);
-  return v;
+  return view_finish(v);
+}
+
+/* Let go of what the view holds: its description (the deleter or the
+ * producer's reference, once), or the producer's export. */
+static void view_drop(DbpView *v) {
+  dbp_desc *d = v->held;
+  v->held = NULL;
+  DevbufPy_BufferRelease(&v->buf); /* nothing to release when it holds a description */
+  dbp_desc_free(d);
 }
 
 int dbp_view_resolve(DbpView *v) {
@@ -183,7 +247,7 @@ int dbp_view_release(DbpView *v) {
     return -1;
   }
   v->released = 1; /* first: the producer's release may run arbitrary code */
-  DevbufPy_BufferRelease(&v->buf);
+  view_drop(v);
   Py_CLEAR(v->device_obj);
   Py_CLEAR(v->dtype_obj);
   return 0;
@@ -328,6 +392,18 @@ static PyBufferProcs view_as_buffer = {
 
 static PyObject *get_obj_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
+  if (v->held != NULL) {
+    /* An imported view: the description moves into a ForeignArray, the
+     * public object that holds it (kept as the documented .obj of such
+     * views), and the view becomes one export of it, as it was before
+     * views owned descriptions. Only here is a ForeignArray made: the
+     * buffer fields keep pointing into the same description. */
+    DbpForeign *f = dbp_foreign_wrap(v->held);
+    if (f == NULL) return NULL;
+    v->held = NULL;
+    f->exports++;
+    v->buf.view.obj = (PyObject *)f; /* the view's reference */
+  }
   return Py_NewRef(v->buf.view.obj ? v->buf.view.obj : Py_None);
 }
 static PyObject *get_released_locked(DbpView *v, void *c) { return PyBool_FromLong(v->released); }
@@ -456,10 +532,10 @@ DBP_LOCKED_GETTER(DbpView, get_dtype)
 
 static PyGetSetDef view_getset[] = {
     {"obj", (getter)get_obj, NULL,
-     "the exporter whose buffer the view holds (kept alive): the producer itself when it speaks "
-     "the buffer protocol; for DLPack, CUDA Array Interface, array interface and Arrow "
-     "producers the devbuf.ForeignArray or devbuf.ArrowArray in between, whose .obj is the "
-     "producer", NULL},
+     "what keeps the memory alive: the producer itself when it speaks the buffer protocol; "
+     "for DLPack, CUDA Array Interface and array interface producers a devbuf.ForeignArray "
+     "holding the view's description (made on first access), for Arrow producers the "
+     "devbuf.ArrowArray in between; their .obj is the producer", NULL},
     {"released", (getter)get_released, NULL, "True once the export was released", NULL},
     {"is_device", (getter)get_is_device, NULL,
      "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
@@ -553,6 +629,7 @@ static PyMethodDef view_methods[] = {
 
 static int view_traverse(DbpView *v, visitproc visit, void *arg) {
   if (!v->released) Py_VISIT(v->buf.view.obj);
+  if (!v->released && v->held != NULL) Py_VISIT(v->held->source);
   Py_VISIT(v->device_obj);
   Py_VISIT(v->dtype_obj);
   return 0;
@@ -577,7 +654,7 @@ static void view_dealloc(DbpView *v) {
   if (v->weakreflist) PyObject_ClearWeakRefs((PyObject *)v);
   if (!v->released) {
     v->released = 1;
-    DevbufPy_BufferRelease(&v->buf);
+    view_drop(v);
   }
   Py_CLEAR(v->device_obj);
   Py_CLEAR(v->dtype_obj);

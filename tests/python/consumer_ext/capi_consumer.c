@@ -253,7 +253,45 @@ static PyObject *stream_destroy(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* import_info(obj, writable=0, release_twice=0): what Import_FromObject
+ * reports (C API 1.1: no view object), then the import is released (twice
+ * when asked: the second must do nothing). */
+static PyObject *import_info(PyObject *self, PyObject *args) {
+  PyObject *obj;
+  int writable = 0, twice = 0;
+  if (!PyArg_ParseTuple(args, "O|ii", &obj, &writable, &twice)) return NULL;
+  if (!DEVBUFPY_CAPI_HAS(api, Import_Release)) {
+    PyErr_SetString(PyExc_RuntimeError, "devbuf C API without Import_FromObject");
+    return NULL;
+  }
+  DevbufPy_Import imp;
+  memset(&imp, 0, sizeof imp);
+  imp.struct_size = sizeof imp;
+  if (api->Import_FromObject(obj, writable ? PyBUF_WRITABLE : 0, &imp) < 0) return NULL;
+  const Py_buffer *b = &imp.buffer.view;
+  PyObject *shape = PyTuple_New(b->ndim), *strides = PyTuple_New(b->ndim);
+  for (int i = 0; shape && strides && i < b->ndim; i++) {
+    PyTuple_SET_ITEM(shape, i, PyLong_FromSsize_t(b->shape[i]));
+    PyTuple_SET_ITEM(strides, i, PyLong_FromSsize_t(b->strides[i]));
+  }
+  PyObject *d = NULL;
+  if (shape && strides)
+    d = Py_BuildValue("{s:N,s:n,s:n,s:i,s:s,s:O,s:O,s:z,s:i,s:i,s:i,s:N,s:i}", "ptr",
+                      PyLong_FromVoidPtr(b->buf), "nbytes", b->len, "itemsize", b->itemsize,
+                      "readonly", b->readonly, "format", b->format, "shape", shape, "strides",
+                      strides, "device", imp.buffer.device, "is_device", imp.is_device,
+                      "host_accessible", imp.host_accessible, "has_device_info",
+                      imp.buffer.device_info != NULL, "event", PyLong_FromVoidPtr(imp.event),
+                      "obj_is_null", b->obj == NULL);
+  Py_XDECREF(shape);
+  Py_XDECREF(strides);
+  api->Import_Release(&imp);
+  if (twice) api->Import_Release(&imp);
+  return d;
+}
+
 static PyMethodDef methods[] = {
+    {"import_info", import_info, METH_VARARGS, NULL},
     {"version", version, METH_NOARGS, NULL},
     {"info", info, METH_O, NULL},
     {"read_bytes", read_bytes, METH_O, NULL},

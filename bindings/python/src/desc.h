@@ -1,0 +1,118 @@
+/* desc.h: the one description every import route fills. Not installed.
+ *
+ * A reader (dlpack_import.c for DLPack and its C exchange table,
+ * interface_import.c for the CUDA Array Interface and the array interface)
+ * validates what its producer handed over and fills a dbp_desc: device,
+ * pointer, shape, strides, format, read-only, the sync a reader honours, and
+ * the owner plus how to release it. A DeviceView (view.c) owns the
+ * description directly and releases it exactly once; nothing is re-exported
+ * in between. devbuf.ForeignArray (foreign.c) is the same description behind
+ * a public Python type, made only when Python code asks for it
+ * (DeviceView.obj, the exchange table's to_py_object). See
+ * docs/consumers.md.
+ *
+ * The description is not an object: its mutable fields (event, the lazily
+ * opened device and device_info) are guarded by its one owner's critical
+ * section (the view's or the ForeignArray's, dbp_lock.h). */
+#ifndef DBP_DESC_H
+#define DBP_DESC_H
+
+#include "dbp.h"
+#include "devbuf/dlpack.h"
+
+/* How the owner is released, and the route's name (ForeignArray.kind). */
+enum dbp_desc_kind {
+  DBP_DESC_DLPACK = 1,         /* a versioned managed tensor: its deleter */
+  DBP_DESC_DLPACK_LEGACY = 2,  /* a legacy managed tensor: its deleter */
+  DBP_DESC_CAI = 3,            /* __cuda_array_interface__: the producer's reference */
+  DBP_DESC_ARRAY_INTERFACE = 4 /* __array_interface__: the producer's reference */
+};
+
+typedef struct dbp_desc {
+  int kind;                 /* enum dbp_desc_kind */
+  int is_host;              /* identifier "cpu": a plain CPU buffer */
+  int info_ready;           /* `info`, `identifier` valid */
+  int has_dev;              /* `dev` opened */
+  int format_only;          /* desc.format has no DLPack dtype (datetime64): `tensor.dtype`
+                             * is only its storage, never exported as the type */
+  void *managed;            /* owner: DLManagedTensorVersioned* / DLManagedTensor*, or NULL */
+  PyObject *source;         /* owner: the producer (kept alive), or NULL */
+  void *event;              /* sync: owned event on `dev` that readers wait on, or NULL */
+  void *stream;             /* sync: the producer's stream `event` was recorded on */
+  const char *identifier;   /* interned identifier once info_ready */
+  devbuf_device dev;
+  uint64_t dl_flags;        /* DLPACK_FLAG_BITMASK_* as received (or derived) */
+  DLTensor tensor;          /* as received; shape/strides point into the producer's tensor
+                             * (alive while `managed` is) until dbp_desc_own_tensor points
+                             * them at el_shape/el_strides */
+  int64_t el_shape[DEVBUF_DLPACK_MAX_NDIM];
+  int64_t el_strides[DEVBUF_DLPACK_MAX_NDIM];
+  union {
+    devbuf_device_info info;
+    uint64_t raw[32];
+  } info;
+  devbuf_dlpack_desc desc;  /* device, pointer, items, byte strides, format, flags */
+} dbp_desc;
+
+/* A description owned by nobody yet, for `kind`, holding a reference to
+ * `source` (may be NULL). NULL with MemoryError. */
+dbp_desc *dbp_desc_new(int kind, PyObject *source);
+/* Release the owner (the deleter, the producer's reference) and the event,
+ * then the description: exactly once. Keeps any pending exception, and lets
+ * none that the deleter raises escape. NULL is allowed. */
+void dbp_desc_free(dbp_desc *d);
+/* Describe `t` (checked by libdevbuf) into d. 0, or -1 with BufferError.
+ * Takes no ownership; d->tensor still points at t's shape and strides. */
+int dbp_desc_describe(dbp_desc *d, const DLTensor *t, uint64_t dl_flags, DLPackVersion version);
+/* Copy d->tensor's shape and strides into d (strides made explicit), so
+ * that d->tensor outlives the tensor it was described from: right after
+ * describing a tensor that does not live as long as d (a reader's own), and
+ * before d->tensor is handed out (a ForeignArray's exchange table). The
+ * hot path, a view of a managed tensor, never needs the copy. */
+void dbp_desc_own_tensor(dbp_desc *d);
+/* The layout invariant (layout.c) on a described tensor, naming `what`. */
+int dbp_desc_check(const devbuf_dlpack_desc *d, const char *what);
+/* A versioned tensor's description, owning m on success (on failure the
+ * caller still owns m). */
+dbp_desc *dbp_desc_from_versioned(DLManagedTensorVersioned *m, PyObject *producer);
+/* Record an event on the producer's `stream` of the tensor's device, that
+ * every later reader waits on. 0, or -1 naming `what`. */
+int dbp_desc_record(dbp_desc *d, void *stream, const char *what);
+/* After a DLPack import on devbuf's default stream: an event there, when
+ * the device is asynchronous. */
+int dbp_desc_after_stream_import(dbp_desc *d);
+/* Fill `view` (a DevbufPy_buffer_ext's Py_buffer) from d for `flags`, with
+ * every check an exporter owes (the messages name devbuf.ForeignArray, as
+ * they always did); view->obj is left NULL for the caller. 0, or -1 with
+ * BufferError. */
+int dbp_desc_export(dbp_desc *d, Py_buffer *view, int flags);
+/* "dlpack", "dlpack_legacy", "cuda_array_interface", "array_interface". */
+const char *dbp_desc_kind_name(int kind);
+
+/* ---- foreign.c: devbuf.ForeignArray, the description as a public type ---- */
+typedef struct DbpForeign {
+  PyObject_HEAD
+  dbp_desc *d;              /* owned */
+  Py_ssize_t exports;       /* live buffer exports */
+  PyObject *weakreflist;
+} DbpForeign;
+
+extern PyTypeObject DbpForeign_Type;
+/* A ForeignArray owning `d` (on success only). */
+DbpForeign *dbp_foreign_wrap(dbp_desc *d);
+/* Wrap an owning versioned tensor (ownership passes to the new object on
+ * success; on failure the caller still owns it). `producer` may be NULL. */
+DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *producer);
+int dbp_foreign_init(PyObject *module);
+
+/* ---- view.c ---------------------------------------------------------------- */
+/* A DeviceView owning `d` (taken on success and on failure: freed then).
+ * `flags` adds request flags (PyBUF_WRITABLE). */
+DbpView *dbp_view_from_desc(dbp_desc *d, int flags);
+
+/* ---- the readers ----------------------------------------------------------- */
+/* interface_import.c: obj's __cuda_array_interface__ (cuda) or
+ * __array_interface__ dict `dict`, described. NULL with an exception. */
+dbp_desc *dbp_interface_import(PyObject *obj, PyObject *dict, int cuda);
+
+#endif /* DBP_DESC_H */
