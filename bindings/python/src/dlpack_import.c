@@ -27,18 +27,17 @@ static PyObject *g_kwnames_ns[4];
 
 const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
   /* Direct-mapped cache keyed by (type, version tag), as the flag cache of
-   * devbuf_buffer.h: a type attribute change gives a new tag. */
+   * devbuf_buffer.h: a type attribute change gives a new tag. Per thread
+   * where the GIL can be off, as that cache, so no entry is torn. */
   enum { NCACHE = 16 };
-  static struct {
+  static DEVBUFPY__SF_TLS struct {
     PyTypeObject *type;
     unsigned int tag;
     const devbuf_dlpack_exchange_api *api;
   } cache[NCACHE];
   size_t slot = ((size_t)(uintptr_t)type >> 4) & (NCACHE - 1);
-  if (cache[slot].type == type && type->tp_version_tag != 0 &&
-      cache[slot].tag == type->tp_version_tag &&
-      (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
-    return cache[slot].api;
+  unsigned int tag = DevbufPy__CacheableTag(type);
+  if (cache[slot].type == type && tag != 0 && cache[slot].tag == tag) return cache[slot].api;
   PyObject *attr = _PyType_Lookup(type, g_s_api_attr); /* borrowed, no exception */
   const devbuf_dlpack_exchange_api *api = NULL;
   if (attr != NULL) {
@@ -55,9 +54,11 @@ const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
     api = (const devbuf_dlpack_exchange_api *)h;
     if (api && (api->managed_tensor_from_py_object_no_sync == NULL)) api = NULL;
   }
-  if (type->tp_version_tag != 0 && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+  /* The lookup above gave the type a tag if it can have one. */
+  tag = DevbufPy__CacheableTag(type);
+  if (tag != 0) {
     cache[slot].type = type;
-    cache[slot].tag = type->tp_version_tag;
+    cache[slot].tag = tag;
     cache[slot].api = api;
   }
   return api;
@@ -317,21 +318,24 @@ static _Thread_local struct {
 /* 1 if `type` answered only kDLCPU so far; 0 if unknown or not. */
 static int cpu_type_cached(PyTypeObject *type, PyInterpreterState *interp) {
   size_t i = ((size_t)(uintptr_t)type >> 4) & (CPU_TYPES - 1);
-  return t_cpu_types[i].type == type && t_cpu_types[i].interp == interp &&
-         type->tp_version_tag != 0 && t_cpu_types[i].tag == type->tp_version_tag &&
-         (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && t_cpu_types[i].cpu_only;
+  /* The tag's validity differs by version (3.13 has no VALID flag): the
+   * header's DevbufPy__CacheableTag knows each. */
+  unsigned int tag = DevbufPy__CacheableTag(type);
+  return t_cpu_types[i].type == type && t_cpu_types[i].interp == interp && tag != 0 &&
+         t_cpu_types[i].tag == tag && t_cpu_types[i].cpu_only;
 }
 
 static void cpu_type_note(PyTypeObject *type, PyInterpreterState *interp, int cpu) {
-  if (type->tp_version_tag == 0 || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) return;
+  unsigned int tag = DevbufPy__CacheableTag(type);
+  if (tag == 0) return;
   size_t i = ((size_t)(uintptr_t)type >> 4) & (CPU_TYPES - 1);
   /* Once off the CPU, a type stays off: a CPU answer does not overwrite it. */
   if (cpu && t_cpu_types[i].type == type && t_cpu_types[i].interp == interp &&
-      t_cpu_types[i].tag == type->tp_version_tag && !t_cpu_types[i].cpu_only)
+      t_cpu_types[i].tag == tag && !t_cpu_types[i].cpu_only)
     return;
   t_cpu_types[i].interp = interp;
   t_cpu_types[i].type = type;
-  t_cpu_types[i].tag = type->tp_version_tag;
+  t_cpu_types[i].tag = tag;
   t_cpu_types[i].cpu_only = cpu;
 }
 
