@@ -157,17 +157,26 @@ def test_loops_return_to_baseline(dev, request):
     # rounds 50-450 but under 300 bytes over the next 1200. There the window
     # starts later and is three times as long, with the same bound: a leak of
     # 16 bytes per round still shows.
+    # Even so, after a suite that ran many threads one window has been seen
+    # to grow 23 KB; so without the GIL up to three windows are measured and
+    # the smallest growth is judged: a steady leak grows every window alike,
+    # a settling allocator does not.
     ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
-    warm, rounds = (850, 1200) if ft else (50, 400)
+    warm, rounds, windows = (850, 1200, 3) if ft else (50, 400, 1)
+    growth = []
     try:
         for _ in range(warm):
             _cycle(dev, data, producer)
-        gc.collect()
-        mid, _ = tracemalloc.get_traced_memory()
-        for _ in range(rounds):
-            _cycle(dev, data, producer)
-        gc.collect()
-        end, _ = tracemalloc.get_traced_memory()
+        for _ in range(windows):
+            gc.collect()
+            mid, _ = tracemalloc.get_traced_memory()
+            for _ in range(rounds):
+                _cycle(dev, data, producer)
+            gc.collect()
+            end, _ = tracemalloc.get_traced_memory()
+            growth.append(end - mid)
+            if end - mid < 400 * 48:
+                break
     finally:
         tracemalloc.stop()
     dead = []
@@ -182,7 +191,7 @@ def test_loops_return_to_baseline(dev, request):
     assert _stats(name) == base_stats
     # 400 more rounds (1200 without the GIL) may not keep Python memory: a
     # leak of one small block per round (>= 48 bytes) would show.
-    assert end - mid < 400 * 48, (mid, end, rounds)
+    assert min(growth) < 400 * 48, (growth, rounds)
 
 
 def test_threads_loop_and_return_to_baseline(sim):
