@@ -18,7 +18,8 @@
 #
 # CPythons: 3.9 is the root's own Debian python3; 3.11 and 3.13 are built in
 # the root (once, cached in /opt/cpython-X.Y) from the upstream tarball of
-# Debian's source packages (bookworm's python3.11, trixie's python3.13).
+# Debian's source packages (bookworm's python3.11, trixie's python3.13), and
+# 3.13t, the free-threaded build (--disable-gil) of that same 3.13 source.
 # 3.10 and 3.12 have no source package in Debian's current suites, and
 # nothing else may be downloaded here. For them the build FRONTEND is
 # borrowed: this machine's pyenv CPython is copied into the root and run
@@ -40,7 +41,7 @@
 #               reused: about 3 minutes and 300 MB the first time)
 #   --out DIR   where the wheels, debug files and the report go
 #               (default build-manylinux/out)
-#   --python L  the CPython versions (default "3.9 3.10 3.11 3.12 3.13")
+#   --python L  the CPython versions (default "3.9 3.10 3.11 3.12 3.13 3.13t")
 # Needs root (debootstrap, chroot, mounts) and the package indexes (Debian's
 # archive for the root, PyPI for the pinned tools of
 # scripts/requirements-manylinux.txt). Takes about 3 minutes once the root
@@ -52,7 +53,7 @@ set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root="$src/build-manylinux/root"
 out="$src/build-manylinux/out"
-versions="3.9 3.10 3.11 3.12 3.13"
+versions="3.9 3.10 3.11 3.12 3.13 3.13t"
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root="$2"; shift ;;
@@ -154,7 +155,7 @@ bash "$src/scripts/copy-source.sh" "$src" "$root/src"
 # signed index; the upstream tarball in them is built in the root with
 # plain ./configure, once, into /opt/cpython-X.Y. 3.10 and 3.12 have no
 # source package in Debian's current suites: not built.
-declare -A suite_of=([3.11]=bookworm [3.13]=trixie)
+declare -A suite_of=([3.11]=bookworm [3.13]=trixie [3.13t]=trixie)
 declare -A borrowed=([3.10]=1 [3.12]=1)
 root_python() { if [ "$1" = 3.9 ]; then echo /usr/bin/python3.9; else echo "/opt/cpython-$1/bin/python$1"; fi; }
 # borrow_cpython V: this machine's pyenv CPython V into the root's
@@ -187,31 +188,33 @@ EOF2
   ok "CPython $v: borrowed frontend $(basename "$hp") runs in the root (build tools and glibc for the wheel: the root's)"
 }
 ensure_cpython() {
-  local v="$1" suite="${suite_of[$1]:-}"
+  # 3.13t: the free-threaded build of the same source (--disable-gil).
+  local v="$1" suite="${suite_of[$1]:-}" base="${1%t}" ft=""
+  [ "$v" != "$base" ] && ft=--disable-gil
   [ -x "$root$(root_python "$v")" ] && return 0
   if [ -n "${borrowed[$v]:-}" ]; then borrow_cpython "$v"; return 0; fi
   [ -n "$suite" ] || die "no Debian source package known for CPython $v"
   local apt="$src/build-manylinux/apt" cache="$src/build-manylinux/cpython-src"
   local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
               -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "Debug::NoLocking=1")
-  if ! ls "$cache"/python"$v"_*.orig.tar.* >/dev/null 2>&1; then
-    step "fetch Debian's python$v source package ($suite; private apt configuration)"
+  if ! ls "$cache"/python"$base"_*.orig.tar.* >/dev/null 2>&1; then
+    step "fetch Debian's python$base source package ($suite; private apt configuration)"
     mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$cache"
     : >"$apt/sources.list"
     for s in bookworm trixie; do
       echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s main" >>"$apt/sources.list"
     done
     quiet apt-get "${opts[@]}" update
-    (cd "$cache" && apt-get "${opts[@]}" source --download-only "python$v") >>"$log" 2>&1 \
-      || die "apt-get source python$v failed (see $log)"
+    (cd "$cache" && apt-get "${opts[@]}" source --download-only "python$base") >>"$log" 2>&1 \
+      || die "apt-get source python$base failed (see $log)"
   fi
-  step "build CPython $v in the root (once: ./configure && make && make altinstall)"
+  step "build CPython $v in the root (once: ./configure $ft && make && make altinstall)"
   quiet in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     zlib1g-dev libssl-dev libbz2-dev liblzma-dev libsqlite3-dev uuid-dev libffi-dev xz-utils
   rm -rf "$root/usr/src/cpython-$v" && mkdir -p "$root/usr/src/cpython-$v"
-  tar -C "$root/usr/src/cpython-$v" --strip-components=1 -xf "$(ls "$cache"/python"$v"_*.orig.tar.* | grep -v '\.asc$' | head -n1)"
+  tar -C "$root/usr/src/cpython-$v" --strip-components=1 -xf "$(ls "$cache"/python"$base"_*.orig.tar.* | grep -v '\.asc$' | head -n1)"
   local start=$(date +%s)
-  quiet in_root sh -c "cd /usr/src/cpython-$v && ./configure --prefix=/opt/cpython-$v >/dev/null \
+  quiet in_root sh -c "cd /usr/src/cpython-$v && ./configure --prefix=/opt/cpython-$v $ft >/dev/null \
     && make -j${DEVBUF_JOBS:-2} >/dev/null && make altinstall >/dev/null"
   ok "CPython $(in_root "$(root_python "$v")" -c 'import platform; print(platform.python_version())') built in the root in $(( $(date +%s) - start )) s"
 }
@@ -219,7 +222,8 @@ ensure_cpython() {
 # ---- 5. per CPython: build, repair, check in the root and here ---------------------------
 refusal_done=0
 build_one() {
-  local v="$1" tag="cp${1/./}" py venv uvenv start raw need wheel libs plugins ver rootpip
+  local v="$1" tag="cp${1/./}" py venv uvenv start raw need wheel libs plugins ver rootpip ft_note=""
+  [ "$v" != "${v%t}" ] && ft_note="; the GIL stays off"
   py=$(root_python "$v")
   venv=/opt/build-venv-$v
   step "[$tag] build venv, pip wheel in the root, auditwheel repair --plat $plat"
@@ -270,7 +274,12 @@ build_one() {
   grep -q 'devbuf\.sim' "$out/devbuf-info-root-$tag.txt" || die "[$tag] devbuf-info in the root does not list devbuf.sim"
   in_root sh -c "cd / && $uvenv/bin/python /src/scripts/pip_smoke.py" >"$out/smoke-root-$tag.txt" 2>&1 \
     || { cat "$out/smoke-root-$tag.txt" >&2; die "[$tag] pip_smoke.py failed in the root"; }
-  ok "[$tag] root (glibc 2.31, pip $rootpip): installed; devbuf-info ran; pip_smoke.py passed"
+  if [ "$v" != "${v%t}" ]; then
+    # Free-threaded: importing the wheel's modules must leave the GIL off.
+    in_root "$uvenv/bin/python" -W error -c 'import sys, devbuf, devbuf.plugin; assert not sys._is_gil_enabled(), "importing devbuf enabled the GIL"' \
+      >"$out/gil-root-$tag.txt" 2>&1 || { cat "$out/gil-root-$tag.txt" >&2; die "[$tag] import check failed in the root (GIL enabled, or import error: see above)"; }
+  fi
+  ok "[$tag] root (glibc 2.31, pip $rootpip): installed; devbuf-info ran; pip_smoke.py passed${ft_note:-}"
 
   step "[$tag] in the root: the same wheel tagged $newer is refused"
   rm -rf "$root/out/newer-$v"
@@ -289,16 +298,27 @@ build_one() {
   local hpy hv
   hpy=$(ls -d "$HOME"/.pyenv/versions/"$v".*/bin/python3 2>/dev/null | sort -V | tail -n1 || true)
   [ -n "$hpy" ] || hpy=$(command -v "python$v" || true)
+  # 3.13t: the free-threaded interpreter scripts/python-ft.sh builds, if there.
+  [ -n "$hpy" ] || { [ -x "$src/build-ft/prefix-t/bin/python$v" ] && hpy="$src/build-ft/prefix-t/bin/python$v"; } || true
   if [ -z "$hpy" ]; then ok "[$tag] this machine: no CPython $v here, not checked"; return 0; fi
   hv="$out/host-venv-$v"
   rm -rf "$hv"
-  quiet "$hpy" -m venv "$hv"
-  quiet "$hv/bin/python" -m pip install --no-index --no-deps "$out/dist/$wheel"
+  local hpip=(-m pip) pipwhl
+  "$hpy" -m venv "$hv" >>"$log" 2>&1 || quiet "$hpy" -m venv --without-pip "$hv"
+  if ! "$hv/bin/python" -m pip --version >/dev/null 2>&1; then
+    # python-ft.sh's 3.13t is built from Debian's source, which ships no
+    # pip wheel for ensurepip: install with the pip wheel that script keeps.
+    pipwhl=$(ls "$src"/build-ft/wheels/pip-*.whl 2>/dev/null | head -n1 || true)
+    [ -n "$pipwhl" ] || { ok "[$tag] this machine: $hpy has no pip and no pip wheel is cached, not checked"; return 0; }
+    [ -e "$hv/lib/python${v%t}" ] || ln -s "python$v" "$hv/lib/python${v%t}"  # Debian's site.py
+    hpip=("$pipwhl/pip")
+  fi
+  quiet "$hv/bin/python" "${hpip[@]}" install --no-index --no-deps "$out/dist/$wheel"
   (cd / && env -u DEVBUF_PLUGINS -u DEVBUF_PLUGIN_PATH -u PYTHONPATH "$hv/bin/devbuf-info") >"$out/devbuf-info-host-$tag.txt" 2>&1 \
     || { cat "$out/devbuf-info-host-$tag.txt" >&2; die "[$tag] devbuf-info failed on this machine"; }
   (cd / && env -u DEVBUF_PLUGINS -u DEVBUF_PLUGIN_PATH -u PYTHONPATH "$hv/bin/python" "$src/scripts/pip_smoke.py") \
     >"$out/smoke-host-$tag.txt" 2>&1 || { cat "$out/smoke-host-$tag.txt" >&2; die "[$tag] pip_smoke.py failed on this machine"; }
-  ok "[$tag] this machine (glibc $(ldd --version | awk 'NR==1{print $NF}'), $("$hv/bin/python" --version), pip $("$hv/bin/python" -m pip --version | awk '{print $2}')): installed; devbuf-info ran; pip_smoke.py passed"
+  ok "[$tag] this machine (glibc $(ldd --version | awk 'NR==1{print $NF}'), $("$hv/bin/python" --version), pip $("$hv/bin/python" "${hpip[@]}" --version | awk '{print $2}')): installed; devbuf-info ran; pip_smoke.py passed"
   rm -rf "$hv"
 }
 
