@@ -57,6 +57,12 @@ struct devbuf_backend {
   devbuf_allocmap streams, events;
   _Atomic uint64_t live_allocations, live_bytes, total_allocations;
   _Atomic uint64_t live_streams, live_events, live_host_allocations;
+  /* Calls into the table that run with no lock held (the device_count
+   * probe): counted under devbuf__rt.lock while the record is LOADED, so
+   * that devbuf_plugin_unregister, which flips the state under the same
+   * lock and then waits for this to drop to 0, never runs `shutdown` under
+   * a call still inside the plugin. */
+  _Atomic uint64_t calls_in_flight;
 };
 
 /* The global runtime. Backends are appended, never freed or moved: readers

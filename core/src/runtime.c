@@ -1,4 +1,5 @@
 /* The runtime: one-time initialisation, plugin records, device resolution. */
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -132,6 +133,9 @@ int devbuf_plugin_register(const devbuf_plugin_table *table, const char *origin,
   return rc;
 }
 
+/* The plugin whose device_count this thread is inside, if any. */
+static _Thread_local devbuf_backend *t_probing;
+
 int devbuf_plugin_unregister(size_t index, devbuf_error *err) {
   devbuf_init(NULL);
   devbuf_backend *b = devbuf__backend_get(index);
@@ -152,12 +156,26 @@ int devbuf_plugin_unregister(size_t index, devbuf_error *err) {
                             b->name, (unsigned long long)a, (unsigned long long)s,
                             (unsigned long long)e, (unsigned long long)h);
   }
+  if (t_probing == b) {
+    /* Waiting below for our own probe would never end. */
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    return devbuf_error_set(err, DEVBUF_EBUSY,
+                            "devbuf_plugin_unregister: plugin '%s' cannot be unregistered from "
+                            "inside its own device_count", b->name);
+  }
   devbuf__ident_release_owner(index);
   devbuf__dtype_provider_remove(index);
   /* b->reason stays: a reader may hold it (strings handed out live until
    * exit); devbuf_plugin_info_get says "unregistered" instead. */
   b->state = DEVBUF_PLUGIN_UNREGISTERED;
   pthread_mutex_unlock(&devbuf__rt.lock);
+  /* No new probe can enter now; wait for those already inside the plugin
+   * (they hold no devbuf lock, so they finish) before `shutdown` frees what
+   * they use. */
+  while (atomic_load(&b->calls_in_flight) != 0) {
+    struct timespec ts = {0, 100000}; /* 0.1 ms */
+    nanosleep(&ts, NULL);
+  }
   if (b->table.shutdown) b->table.shutdown(b->plugin_state);
   b->plugin_state = NULL;
   return DEVBUF_OK;
@@ -192,10 +210,25 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
   int probed = b->count_probed;
   pthread_mutex_unlock(&b->lock);
   if (!probed) {
+    /* Enter only while LOADED, counted under the runtime lock: an
+     * unregister between the check above and the call would otherwise run
+     * `shutdown` and free the plugin's state under it (a Python plugin
+     * listed on one thread while another unregistered it crashed on 3.13t). */
+    pthread_mutex_lock(&devbuf__rt.lock);
+    int loaded = b->state == DEVBUF_PLUGIN_LOADED;
+    if (loaded) atomic_fetch_add(&b->calls_in_flight, 1);
+    pthread_mutex_unlock(&devbuf__rt.lock);
+    if (!loaded)
+      return devbuf_error_set(err, DEVBUF_ENODEV, "plugin %s is not loaded: it was unregistered",
+                              b->name ? b->name : b->path);
     devbuf_error e;
     devbuf_error_clear(&e);
     int n = 0;
+    devbuf_backend *outer = t_probing;
+    t_probing = b;
     int rc = b->table.device_count(b->plugin_state, &n, &e);
+    t_probing = outer;
+    atomic_fetch_sub(&b->calls_in_flight, 1);
     /* Name what the plugin answered: "0 devices" or "DEVBUF_E?" would hide
      * a broken plugin behind a missing device (issue 22). */
     if (rc == DEVBUF_OK && n < 0) {

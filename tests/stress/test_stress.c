@@ -18,6 +18,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
+#include <time.h>
 
 #include "devbuf/runtime.h"
 #include "devbuf_test.h"
@@ -295,6 +297,98 @@ static void test_stress(void) {
   }
 }
 
+/* ---- unregister waits for a device_count probe still inside the plugin ----------------
+ * A listing probes device_count with no lock held. An unregister in that
+ * window must not run `shutdown` (which frees what the probe uses: a Python
+ * plugin's closures) until the probe has returned (a crash seen once on
+ * 3.13t). The plugin's device_count blocks until told to go; shutdown notes
+ * whether a probe was still inside. Without the wait, shutdown runs at once:
+ * caught unless this thread is starved for all of the 50 ms (then the test
+ * cannot see it, but never fails wrongly). */
+static atomic_int g_probe_inside, g_probe_go, g_shutdown_during_probe, g_shutdown_ran;
+static size_t g_probe_idx;
+static int g_probe_self;
+static int tp_count_blocking(void *s, int *c, devbuf_error *e) {
+  (void)s; (void)e;
+  if (g_probe_self) {
+    devbuf_error err;
+    int rc = devbuf_plugin_unregister(g_probe_idx, &err);
+    CHECK(rc == DEVBUF_EBUSY && strstr(err.message, "its own device_count") != NULL,
+          "unregister from inside the plugin's own device_count is refused");
+    *c = 1;
+    return DEVBUF_OK;
+  }
+  atomic_store(&g_probe_inside, 1);
+  while (!atomic_load(&g_probe_go)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  *c = 1;
+  atomic_store(&g_probe_inside, 0);
+  return DEVBUF_OK;
+}
+static void tp_shutdown_noting(void *s) {
+  (void)s;
+  if (atomic_load(&g_probe_inside)) atomic_store(&g_shutdown_during_probe, 1);
+  atomic_store(&g_shutdown_ran, 1);
+}
+static void *probe_thread(void *arg) {
+  (void)arg;
+  int n = 0;
+  devbuf_error err;
+  devbuf_plugin_device_count(g_probe_idx, &n, &err);
+  return NULL;
+}
+static void *unregister_thread(void *arg) {
+  devbuf_error err;
+  *(int *)arg = devbuf_plugin_unregister(g_probe_idx, &err);
+  return NULL;
+}
+static void register_blocking(const char *id) {
+  static const char *ids[2];
+  ids[0] = id;
+  ids[1] = NULL;
+  devbuf_plugin_table t = {
+      .struct_size = sizeof t, .abi_major = DEVBUF_ABI_MAJOR, .abi_minor = DEVBUF_ABI_MINOR,
+      .name = "blocking_probe", .version = "1", .identifiers = ids,
+      .device_count = tp_count_blocking, .device_props = tp_props, .mem_alloc = tp_alloc,
+      .mem_free = tp_free, .copy_h2d = tp_cp1, .copy_d2h = tp_cp2, .copy_d2d = tp_cp3,
+      .shutdown = tp_shutdown_noting};
+  devbuf_error err;
+  CHECK_OK(devbuf_plugin_register(&t, "test_stress.c", &g_probe_idx, &err), &err);
+}
+
+static void test_unregister_waits_for_probe(void) {
+  register_blocking("stress.blockingprobe");
+  pthread_t prober, remover;
+  int urc = -1;
+  pthread_create(&prober, NULL, probe_thread, NULL);
+  while (!atomic_load(&g_probe_inside)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  pthread_create(&remover, NULL, unregister_thread, &urc);
+  struct timespec ts = {0, 50000000}; /* let the unregister run (or wait) */
+  nanosleep(&ts, NULL);
+  CHECK(!atomic_load(&g_shutdown_ran), "shutdown waits while device_count is still running");
+  atomic_store(&g_probe_go, 1);
+  pthread_join(prober, NULL);
+  pthread_join(remover, NULL);
+  CHECK(urc == DEVBUF_OK, "the unregister succeeds once the probe returned");
+  CHECK(atomic_load(&g_shutdown_ran) && !atomic_load(&g_shutdown_during_probe),
+        "shutdown ran, and never while the probe was inside the plugin");
+
+  /* From inside its own device_count: refused, not a wait for itself. */
+  g_probe_self = 1;
+  atomic_store(&g_shutdown_ran, 0);
+  register_blocking("stress.selfprobe");
+  int n = 0;
+  devbuf_error err;
+  CHECK_OK(devbuf_plugin_device_count(g_probe_idx, &n, &err), &err);
+  CHECK_OK(devbuf_plugin_unregister(g_probe_idx, &err), &err);
+  CHECK(atomic_load(&g_shutdown_ran), "and it unregisters normally afterwards");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_stress BROKEN_PLUGIN_DIR [ROUNDS]\n");
@@ -303,5 +397,6 @@ int main(int argc, char **argv) {
   g_broken_dir = argv[1];
   if (argc > 2) g_rounds = atoi(argv[2]);
   RUN(test_stress);
+  RUN(test_unregister_waits_for_probe);
   return devbuf_test_finish();
 }

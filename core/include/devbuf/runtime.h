@@ -138,7 +138,10 @@ DEVBUF_API int devbuf_plugin_register(const devbuf_plugin_table *table, const ch
                                       size_t *index, devbuf_error *err);
 /* Remove a registered or loaded plugin: its identifiers stop resolving and
  * its `shutdown` runs. Refused with DEVBUF_EBUSY while memory, streams or
- * events created through it are alive. The shared object is not dlclosed. */
+ * events created through it are alive (nothing changes then). A
+ * device_count probe running in another thread (a listing) is waited for
+ * before `shutdown` runs; from inside the plugin's own device_count the call
+ * is refused with DEVBUF_EBUSY. The shared object is not dlclosed. */
 DEVBUF_API int devbuf_plugin_unregister(size_t index, devbuf_error *err);
 
 /* Devices of a plugin. The first call may initialise the plugin's driver;
