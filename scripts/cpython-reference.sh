@@ -101,3 +101,107 @@ build_variant() {
   mapfile -t envs < <(env_for "$v")
   (cd "$tree" && env "${envs[@]}" make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
 }
+
+T0=$(date +%s)
+if fetch_source; then pass "fetch python3.13 source $(basename "$(ls -d "$OUT"/src/python3.13-*/ | head -1)") (trixie, private apt config)"; else fail "fetch python3.13 source"; finish; fi
+# The unpatched trees are configured only (their headers and pyconfig.h are
+# what the old-ABI extensions compile against), unless the benchmarks need
+# their interpreters.
+UNPATCHED_CONF_ONLY=1
+[ "${CPYREF_BENCH:-0}" = 1 ] && UNPATCHED_CONF_ONLY=0
+for v in ${CPYREF_VARIANTS:-unpatched unpatched-t patched patched-t}; do
+  t=$(date +%s)
+  only=0; [[ "$v" == unpatched* ]] && only=$UNPATCHED_CONF_ONLY
+  what=build; [ "$only" = 1 ] && what=configure
+  if build_variant "$v" "$only"; then pass "$what $v ($(( $(date +%s) - t ))s)"; else fail "$what $v"; fi
+done
+[ -z "${CPYREF_VARIANTS:-}" ] || finish
+[ -x "$OUT/patched/python" ] && [ -x "$OUT/patched-t/python" ] || finish
+
+# A patch that breaks an optional module (it happened on 3.11: _testbuffer)
+# must fail here, not leave the tests skipping: every module the tests need
+# imports, on both builds, and the free-threaded one really runs without the GIL.
+NEED="_testcapi _testbuffer _testinternalcapi _testlimitedcapi _pickle _struct array _interpreters"
+for v in patched patched-t; do
+  if out="$(PYTHON_GIL=0 "$OUT/$v/python" -c "
+import importlib, sys
+for m in '$NEED'.split(): importlib.import_module(m)
+gil = sys._is_gil_enabled()
+print(sys.version.split()[0], 'GIL' if gil else 'free-threaded')
+assert gil == ('$v' == 'patched')" 2>&1)"; then
+    pass "$v imports $NEED ($out)"
+  else
+    fail "$v: $out"
+  fi
+done
+
+# ---- 3. CPython's own tests on both patched builds -------------------------
+# One regrtest run per build, -j$JOBS worker processes; a test counts as
+# passed when regrtest names it neither failed, nor changed its environment,
+# nor skipped nor left unrun.
+cpython_tests() { # $1 = tree, $2 = timeout per test
+  local tree="$1" limit="$2" log t bad gil=()
+  log="$OUT/$tree/test-all.log"
+  [ "$tree" = patched ] || gil=(PYTHON_GIL=0)
+  # shellcheck disable=SC2086 # word-split the test list on purpose
+  (cd "$OUT/$tree" && env "${gil[@]}" ./python -m test -j"$JOBS" --timeout "$limit" $TESTS >"$log" 2>&1)
+  bad="$(sed -n '/test[s]* failed:/,/^$/p;/altered the execution environment/,/^$/p;/test[s]* skipped:/,/^$/p;/run no tests:/,/^$/p;/test[s]* omitted:/,/^$/p' "$log" | tr -s ' \n' '\n' | grep '^test_' | sort -u)"
+  for t in $TESTS; do
+    if grep -qx "$t" <<<"$bad"; then
+      fail "$tree: $t (see $log)"
+    elif grep -q "^Result: SUCCESS\|^== Tests result: SUCCESS" "$log" || grep -Eq "^\[ *[0-9]+/[0-9]+\] $t( passed)?" "$log"; then
+      pass "$tree: $t"
+    else
+      fail "$tree: $t (not run, see $log)"
+    fi
+  done
+  grep -E "^(Total duration|Result):" "$log" | tr '\n' ' '; echo
+}
+cpython_tests patched 900
+cpython_tests patched-t 900
+
+# ---- 4. the series' own stages on both builds ------------------------------
+for v in patched patched-t; do
+  if OUT="$OUT" CPYREF_ABI_TREE=$v bash "$ROOT/cpython/tests/abi.sh"; then pass "$v: abi.sh (old binaries, guard pages)"; else fail "$v: abi.sh"; fi
+done
+for v in patched patched-t; do
+  t=$(date +%s)
+  if OUT="$OUT" ROOT="$ROOT" CPYREF_DEVBUF_TREE=$v bash "$ROOT/cpython/tests/devbuf.sh"; then
+    pass "$v: devbuf native build + suite ($(( $(date +%s) - t ))s)"
+  else
+    fail "$v: devbuf native build + suite"
+  fi
+done
+
+# ---- 5. opt-in: the patched 3.13t under ThreadSanitizer ---------------------
+if [ "${CPYREF_TSAN:-0}" = 1 ]; then
+  t=$(date +%s)
+  if build_variant patched-tsan 0; then
+    pass "build patched-tsan ($(( $(date +%s) - t ))s)"
+    rep="$OUT/tsan-report"; rm -f "$rep".*
+    # Reports go to files; the run's exit status ignores them (exitcode=0),
+    # the count decides.  CPython's own suppressions for 3.13t.
+    if (cd "$OUT/patched-tsan" && PYTHON_GIL=0 \
+        TSAN_OPTIONS="halt_on_error=0 exitcode=0 log_path=$rep suppressions=$OUT/patched-tsan/Tools/tsan/suppressions_free_threading.txt" \
+        ./python -m test --timeout 1800 ${CPYREF_TSAN_TESTS:-test_buffer_device test_memoryview test_buffer} >"$OUT/tsan-tests.log" 2>&1); then
+      n=$(cat "$rep".* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer')
+      if [ "$n" = 0 ]; then pass "patched-tsan: ${CPYREF_TSAN_TESTS:-test_buffer_device test_memoryview test_buffer}, 0 TSan reports"
+      else cat "$rep".* | grep -A25 -m3 'WARNING: ThreadSanitizer' | head -80; fail "patched-tsan: $n TSan reports ($rep.*)"; fi
+    else
+      tail -20 "$OUT/tsan-tests.log"; fail "patched-tsan: tests failed ($OUT/tsan-tests.log)"
+    fi
+  else
+    fail "build patched-tsan"
+  fi
+fi
+
+# ---- 6. the cost, patched vs unpatched (opt-in: timing is not pass/fail) ---
+if [ "${CPYREF_BENCH:-0}" = 1 ]; then
+  if OUT="$OUT" bash "$ROOT/cpython/bench/bench.sh" | tee "$OUT/bench.md"; then
+    pass "benchmarks (table in $OUT/bench.md)"
+  else
+    fail "benchmarks"
+  fi
+fi
+echo "total: $(( $(date +%s) - T0 ))s"
+finish
