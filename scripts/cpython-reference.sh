@@ -149,7 +149,7 @@ cpython_tests() { # $1 = tree, $2 = timeout per test
   for t in $TESTS; do
     if grep -qx "$t" <<<"$bad"; then
       fail "$tree: $t (see $log)"
-    elif grep -q "^Result: SUCCESS\|^== Tests result: SUCCESS" "$log" || grep -Eq "^\[ *[0-9]+/[0-9]+\] $t( passed)?" "$log"; then
+    elif grep -q "^Result: SUCCESS" "$log" || grep -Eq "\] $t passed" "$log"; then
       pass "$tree: $t"
     else
       fail "$tree: $t (not run, see $log)"
