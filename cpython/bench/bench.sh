@@ -8,7 +8,10 @@
 set -eu
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:?}"
-VARIANTS=(unpatched patched unpatched-t patched-t)
+VARIANTS=(unpatched patched)
+# The free-threaded pair when both interpreters are built (CPYREF_BENCH=1 in
+# cpython-reference.sh builds them).
+[ -x "$OUT/unpatched-t/python" ] && [ -x "$OUT/patched-t/python" ] && VARIANTS+=(unpatched-t patched-t)
 envs() { case "$1" in *-t) echo PYTHON_GIL=0 ;; *) echo PYTHONHASHSEED=0 ;; esac; }
 for v in "${VARIANTS[@]}"; do
   mkdir -p "$OUT/bench/$v"
@@ -44,6 +47,8 @@ d = sys.argv[1]
 best = {}
 for v in ("unpatched", "patched", "unpatched-t", "patched-t"):
     runs = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/{v}.*.json"))]
+    if not runs:
+        continue
     best[v] = {k: min(r[k] for r in runs) for k in runs[0]}
 instr = {}
 for line in open(os.path.join(d, "instr.tsv")):
@@ -52,6 +57,8 @@ for line in open(os.path.join(d, "instr.tsv")):
 print("| build | benchmark | unpatched ns | patched ns | change | unpatched instr | patched instr | change |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for build, (uv, pv) in (("3.13", ("unpatched", "patched")), ("3.13t", ("unpatched-t", "patched-t"))):
+    if uv not in best:
+        continue
     for k in best[uv]:
         u, p = best[uv][k], best[pv][k]
         iu, ip = instr.get((uv, k)), instr.get((pv, k))
