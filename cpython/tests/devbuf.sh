@@ -33,7 +33,7 @@ if [ "$(cat "$SITE/.devbuf-stamp" 2>/dev/null)" != "$want" ]; then
     -d "$OUT/wheels-$ABI" -r "$ROOT/requirements-ft.txt" "pip==$PIP_VERSION" >"$OUT/pip-$TREE.log" 2>&1 ||
     { echo "devbuf.sh: downloading $ABI wheels failed:"; tail -20 "$OUT/pip-$TREE.log"; exit 1; }
   whl="$(ls "$OUT/wheels-$ABI"/pip-"$PIP_VERSION"-*.whl | head -1)"
-  env "${GIL[@]}" "$PY" "$whl/pip" install -q --disable-pip-version-check --no-index \
+  env "${GIL[@]}" "$PY" "$whl/pip" install -q --disable-pip-version-check --no-index --no-compile \
     --find-links "$OUT/wheels-$ABI" --only-binary=:all: --target "$SITE" \
     -r "$ROOT/requirements-ft.txt" >>"$OUT/pip-$TREE.log" 2>&1 ||
     { echo "devbuf.sh: installing $ABI wheels failed:"; tail -20 "$OUT/pip-$TREE.log"; exit 1; }
