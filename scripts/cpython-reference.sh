@@ -123,7 +123,8 @@ done
 # imports, on both builds, and the free-threaded one really runs without the GIL.
 NEED="_testcapi _testbuffer _testinternalcapi _testlimitedcapi _pickle _struct array _interpreters"
 for v in patched patched-t; do
-  if out="$(PYTHON_GIL=0 "$OUT/$v/python" -c "
+  gil=(); [ "$v" = patched ] || gil=(PYTHON_GIL=0)
+  if out="$(env "${gil[@]}" "$OUT/$v/python" -c "
 import importlib, sys
 for m in '$NEED'.split(): importlib.import_module(m)
 gil = sys._is_gil_enabled()
