@@ -8,10 +8,12 @@
 set -eu
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:?}"
-VARIANTS=(unpatched patched)
-# The free-threaded pair when both interpreters are built (CPYREF_BENCH=1 in
-# cpython-reference.sh builds them).
+# Each pair whose two interpreters are built (CPYREF_BENCH=1 in
+# cpython-reference.sh builds all four).
+VARIANTS=()
+[ -x "$OUT/unpatched/python" ] && [ -x "$OUT/patched/python" ] && VARIANTS+=(unpatched patched)
 [ -x "$OUT/unpatched-t/python" ] && [ -x "$OUT/patched-t/python" ] && VARIANTS+=(unpatched-t patched-t)
+[ "${#VARIANTS[@]}" -gt 0 ] || { echo "bench.sh: no patched/unpatched pair is built under $OUT" >&2; exit 1; }
 envs() { case "$1" in *-t) echo PYTHON_GIL=0 ;; *) echo PYTHONHASHSEED=0 ;; esac; }
 for v in "${VARIANTS[@]}"; do
   mkdir -p "$OUT/bench/$v"
