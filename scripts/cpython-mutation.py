@@ -4,9 +4,11 @@ patches in cpython/patches/ implement is broken?
 
     scripts/cpython-mutation.py [--only ID[,ID...]] [--check] [--report FILE]
 
-Reads cpython/mutants.toml. Works on build-cpython/mutation, a copy of the
-patched build tree that scripts/cpython-reference.sh left (made again when
-the patched tree's stamp changes). For each mutant, one at a time: apply its
+Reads cpython/mutants.toml. Works on build-cpython313/mutation-TREE, a copy
+of the patched build tree TREE (a mutant's `tree`: "patched", the default
+build, unless it says "patched-t", the free-threaded one) that
+scripts/cpython-reference.sh left (made again when that tree's stamp
+changes). For each mutant, one at a time: apply its
 edits (each `find` must occur exactly once), `make` incrementally, run its
 tests, and put the file back, whatever happens (also on Ctrl-C). KILLED if a
 test fails or crashes, SURVIVED if they all pass, BROKEN if an edit does not
@@ -30,9 +32,7 @@ import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIST = ROOT / "cpython" / "mutants.toml"
-OUT = pathlib.Path(os.environ.get("CPYREF_DIR", ROOT / "build-cpython"))
-PATCHED = OUT / "patched"
-TREE = OUT / "mutation"
+OUT = pathlib.Path(os.environ.get("CPYREF_DIR", ROOT / "build-cpython313"))
 JOBS = os.environ.get("CPYREF_JOBS", "2")
 
 
@@ -44,6 +44,9 @@ def load() -> list[dict]:
         for key in ("id", "statement", "file", "find", "replace", "tests"):
             if key not in m:
                 raise SystemExit(f"{LIST}: mutant {m.get('id', '?')!r} lacks {key!r}")
+        m.setdefault("tree", "patched")
+        if m["tree"] not in ("patched", "patched-t"):
+            raise SystemExit(f"{LIST}: mutant {m['id']!r}: tree must be patched or patched-t")
         if m["id"] in seen:
             raise SystemExit(f"{LIST}: mutant id {m['id']!r} listed twice")
         if len(m["find"]) != len(m["replace"]):
@@ -78,35 +81,50 @@ def run(cmd: list[str], cwd: pathlib.Path, log: pathlib.Path, env=None, timeout=
             return 124
 
 
-def prepare() -> None:
-    """build-cpython/mutation: a copy of the patched tree, same stamp."""
-    stamp = (PATCHED / ".devbuf-stamp")
-    if not stamp.is_file() or not (PATCHED / "python").exists():
-        raise SystemExit(f"{PATCHED}: no patched build; run scripts/cpython-reference.sh first")
-    mine = TREE / ".devbuf-stamp"
-    if mine.is_file() and mine.read_text() == stamp.read_text() and (TREE / "python").exists():
+def copy_of(tree: str) -> pathlib.Path:
+    return OUT / f"mutation-{tree}"
+
+
+def view_of(tree: str) -> pathlib.Path:
+    return OUT / f"mutation-out-{tree}"
+
+
+def prepare(tree: str) -> None:
+    """build-cpython313/mutation-TREE: a copy of the patched tree, same stamp."""
+    patched, copy = OUT / tree, copy_of(tree)
+    stamp = patched / ".devbuf-stamp"
+    if not stamp.is_file() or not (patched / "python").exists():
+        raise SystemExit(f"{patched}: no patched build; run scripts/cpython-reference.sh first")
+    mine = copy / ".devbuf-stamp"
+    if mine.is_file() and mine.read_text() == stamp.read_text() and (copy / "python").exists():
         return
-    print(f"copying {PATCHED} to {TREE} (once per series)", flush=True)
-    if TREE.exists():
-        shutil.rmtree(TREE)
-    subprocess.run(["cp", "-a", str(PATCHED), str(TREE)], check=True)
-    # abi.sh wants OUT/{patched,unpatched}: a directory of links to this copy.
-    view = OUT / "mutation-out"
+    print(f"copying {patched} to {copy} (once per series)", flush=True)
+    if copy.exists():
+        shutil.rmtree(copy)
+    subprocess.run(["cp", "-a", str(patched), str(copy)], check=True)
+    # abi.sh wants OUT/{TREE,unpatched[-t]}: a directory of links to this copy.
+    view = view_of(tree)
     if view.exists():
         shutil.rmtree(view)
     view.mkdir()
-    (view / "patched").symlink_to(TREE)
-    (view / "unpatched").symlink_to(OUT / "unpatched")
+    (view / tree).symlink_to(copy)
+    old = "unpatched" if tree == "patched" else "unpatched-t"
+    (view / old).symlink_to(OUT / old)
 
 
 def run_tests(m: dict, log: pathlib.Path) -> list[str]:
     failed = []
+    tree = copy_of(m["tree"])
+    # The free-threaded tree runs its tests with the GIL off.
+    gil = {"PYTHON_GIL": "0"} if m["tree"] == "patched-t" else {}
     for t in m["tests"]:
         if t.startswith("cpython:"):
-            rc = run(["./python", "-m", "test", "-q", t.split(":", 1)[1]], TREE, log)
+            rc = run(["./python", "-m", "test", "-q", t.split(":", 1)[1]], tree, log,
+                     env=dict(os.environ, **gil))
         elif t == "abi":
-            env = dict(os.environ, OUT=str(OUT / "mutation-out"), ROOT=str(ROOT))
-            rc = run(["bash", str(ROOT / "cpython" / "tests" / "abi.sh")], TREE, log, env=env)
+            env = dict(os.environ, OUT=str(view_of(m["tree"])), ROOT=str(ROOT),
+                       CPYREF_ABI_TREE=m["tree"])
+            rc = run(["bash", str(ROOT / "cpython" / "tests" / "abi.sh")], tree, log, env=env)
         else:
             raise SystemExit(f"{LIST}: mutant {m['id']!r}: unknown test {t!r}")
         if rc != 0:
@@ -128,14 +146,18 @@ def main() -> int:
             raise SystemExit(f"unknown mutant id(s): {', '.join(sorted(unknown))}")
         muts = [m for m in muts if m["id"] in want]
     if args.check:
-        src = TREE if TREE.exists() else PATCHED
-        bad = [(m["id"], why) for m in muts if (why := applies(m, src))]
+        bad = []
+        for m in muts:
+            src = copy_of(m["tree"]) if copy_of(m["tree"]).exists() else OUT / m["tree"]
+            if why := applies(m, src):
+                bad.append((m["id"], why))
         for i, why in bad:
             print(f"BROKEN {i}: {why}")
-        print(f"cpython-mutation --check: {len(muts) - len(bad)} of {len(muts)} edits apply to {src}")
+        print(f"cpython-mutation --check: {len(muts) - len(bad)} of {len(muts)} edits apply")
         return 1 if bad else 0
 
-    prepare()
+    for tree in sorted({m["tree"] for m in muts}):
+        prepare(tree)
     logdir = OUT / "mutation-logs"
     logdir.mkdir(exist_ok=True)
     results = []
@@ -145,19 +167,20 @@ def main() -> int:
             t0 = time.monotonic()
             log = logdir / f"{m['id']}.log"
             log.write_text("")
-            why = applies(m, TREE)
+            tree = copy_of(m["tree"])
+            why = applies(m, tree)
             if why:
                 results.append((m, "BROKEN", why, 0.0))
                 print(f"BROKEN   {m['id']}: {why}", flush=True)
                 continue
-            path = TREE / m["file"]
+            path = tree / m["file"]
             original = path.read_text()
             text = original
             for find, repl in zip(m["find"], m["replace"]):
                 text = text.replace(find, repl, 1)
             try:
                 path.write_text(text)
-                if run(["make", f"-j{JOBS}"], TREE, log) != 0:
+                if run(["make", f"-j{JOBS}"], tree, log) != 0:
                     verdict, detail = "BROKEN", f"does not build (see {log})"
                 else:
                     failed = run_tests(m, log)
@@ -169,8 +192,9 @@ def main() -> int:
             results.append((m, verdict, detail, dt))
             print(f"{verdict:8} {m['id']} ({dt:.0f} s): {detail}", flush=True)
     finally:
-        print("rebuilding the unmutated copy", flush=True)
-        run(["make", f"-j{JOBS}"], TREE, logdir / "restore.log")
+        print("rebuilding the unmutated copies", flush=True)
+        for t in sorted({m["tree"] for m in muts}):
+            run(["make", f"-j{JOBS}"], copy_of(t), logdir / f"restore-{t}.log")
 
     killed = sum(1 for _, v, _, _ in results if v == "KILLED")
     broken = sum(1 for _, v, _, _ in results if v == "BROKEN")
@@ -178,9 +202,9 @@ def main() -> int:
     summary = f"cpython-mutation: {killed} of {len(results)} killed, {broken} broken, {total:.0f} s"
     print(summary)
     if args.report:
-        lines = [f"| mutant | rule broken | verdict | by |", "|---|---|---|---|"]
+        lines = ["| mutant | build | rule broken | verdict | by |", "|---|---|---|---|---|"]
         for m, v, d, _ in results:
-            lines.append(f"| `{m['id']}` | {m['statement']} | {v} | {d} |")
+            lines.append(f"| `{m['id']}` | {m['tree']} | {m['statement']} | {v} | {d} |")
         pathlib.Path(args.report).write_text("\n".join(lines) + "\n\n" + summary + "\n")
     return 0 if killed == len(results) else 1
 

@@ -106,16 +106,18 @@ pysan=(env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name
 "${pysan[@]}" .venv/bin/python tests/python/pyfuzz.py --seconds "${DEVBUF_PYFUZZ_SECONDS:-20}" || status=1
 # ---- end of hardening stages ----
 
-# ---- CPython reference (issue 25): the device extension inside CPython 3.11.
-# A first run fetches Debian's source and builds two interpreters (about 5
-# minutes on 2 cores); with build-cpython/ cached it takes about a minute.
+# ---- CPython reference (issues 25, 35): the device extension and the
+# Stable Reads capability gate inside CPython 3.13 and free-threaded 3.13t.
+# A first run fetches Debian's source, builds the two patched interpreters and
+# configures the two unpatched trees (see the times in README.md); with
+# build-cpython313/ cached only the tests and devbuf's suites run.
 # DEVBUF_SKIP_CPYREF=1 leaves it out of a quick local run (CI never sets it).
 # See scripts/cpython-reference.sh.
 if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
-  if [[ -x build-cpython/patched/python && -x build-cpython/unpatched/python ]]; then
-    step "CPython reference (patched 3.11, cached build)"
+  if [[ -x build-cpython313/patched/python && -x build-cpython313/patched-t/python ]]; then
+    step "CPython reference (patched 3.13 and 3.13t, cached builds)"
   else
-    step "CPython reference (patched 3.11: first run, fetch and build both trees)"
+    step "CPython reference (patched 3.13 and 3.13t: first run, fetch and build)"
   fi
   scripts/cpython-reference.sh || status=1
 else

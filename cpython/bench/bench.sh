@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Cost of the series: the same microbenchmarks on the unpatched and the
-# patched build (same source, same configure flags), interleaved 3 times,
-# best per build. Not a pass/fail stage (timing noise on shared cores);
-# scripts/cpython-reference.sh runs it when CPYREF_BENCH=1.
+# patched build (same source, same configure flags), for the default build
+# (unpatched, patched) and the free-threaded one (unpatched-t, patched-t,
+# GIL off), interleaved 3 times, best per build. Not a pass/fail stage
+# (timing noise on shared cores); scripts/cpython-reference.sh runs it when
+# CPYREF_BENCH=1.
 set -eu
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:?}"
-for v in unpatched patched; do
+# Each pair whose two interpreters are built (CPYREF_BENCH=1 in
+# cpython-reference.sh builds all four).
+VARIANTS=()
+[ -x "$OUT/unpatched/python" ] && [ -x "$OUT/patched/python" ] && VARIANTS+=(unpatched patched)
+[ -x "$OUT/unpatched-t/python" ] && [ -x "$OUT/patched-t/python" ] && VARIANTS+=(unpatched-t patched-t)
+[ "${#VARIANTS[@]}" -gt 0 ] || { echo "bench.sh: no patched/unpatched pair is built under $OUT" >&2; exit 1; }
+envs() { case "$1" in *-t) echo PYTHON_GIL=0 ;; *) echo PYTHONHASHSEED=0 ;; esac; }
+for v in "${VARIANTS[@]}"; do
   mkdir -p "$OUT/bench/$v"
   suf="$("$OUT/$v/python" -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))')"
   gcc -shared -fPIC -O2 -I"$OUT/$v/Include" -I"$OUT/$v" "$HERE/benchext.c" -o "$OUT/bench/$v/benchext$suf"
 done
 for round in 1 2 3; do
-  for v in unpatched patched; do
-    PYTHONPATH="$OUT/bench/$v" "$OUT/$v/python" "$HERE/bench.py" >"$OUT/bench/$v.$round.json"
+  for v in "${VARIANTS[@]}"; do
+    env "$(envs "$v")" PYTHONPATH="$OUT/bench/$v" "$OUT/$v/python" "$HERE/bench.py" >"$OUT/bench/$v.$round.json"
   done
 done
 # Instructions per operation under callgrind (when valgrind is installed):
@@ -22,12 +31,12 @@ N_INSTR=20000
 NAMES=("memoryview(bytearray)" "bytes(memoryview)" "struct.unpack_from('<4i', buf)"
   "C GetBuffer+Release SIMPLE" "C GetBuffer+Release FULL_RO" "C GetBuffer+Release FULL_RO|DEVICE")
 ir() { # $1 = variant, $2 = name, $3 = N
-  PYTHONHASHSEED=0 PYTHONPATH="$OUT/bench/$1" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+  env "$(envs "$1")" PYTHONHASHSEED=0 PYTHONPATH="$OUT/bench/$1" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
     "$OUT/$1/python" "$HERE/instr.py" "$2" "$3" 2>&1 | sed -n 's/.*Collected : *\([0-9]*\).*/\1/p'
 }
 : >"$OUT/bench/instr.tsv"
 if command -v valgrind >/dev/null; then
-  for v in unpatched patched; do
+  for v in "${VARIANTS[@]}"; do
     for name in "${NAMES[@]}"; do
       a="$(ir "$v" "$name" 0)"; b="$(ir "$v" "$name" "$N_INSTR")"
       printf '%s\t%s\t%s\n' "$v" "$name" "$(( (b - a) * 10 / N_INSTR ))" >>"$OUT/bench/instr.tsv"
@@ -38,19 +47,24 @@ python3 - "$OUT/bench" <<'PY'
 import json, sys, glob, os
 d = sys.argv[1]
 best = {}
-for v in ("unpatched", "patched"):
+for v in ("unpatched", "patched", "unpatched-t", "patched-t"):
     runs = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/{v}.*.json"))]
+    if not runs:
+        continue
     best[v] = {k: min(r[k] for r in runs) for k in runs[0]}
 instr = {}
 for line in open(os.path.join(d, "instr.tsv")):
     v, k, tenths = line.rstrip("\n").split("\t")
     instr[v, k] = int(tenths) / 10
-print(f"| benchmark | unpatched ns | patched ns | change | unpatched instr | patched instr | change |")
-print(f"|---|---:|---:|---:|---:|---:|---:|")
-for k in best["unpatched"]:
-    u, p = best["unpatched"][k], best["patched"][k]
-    iu, ip = instr.get(("unpatched", k)), instr.get(("patched", k))
-    icol = (f"{iu:.1f} | {ip:.1f} | {100*(ip-iu)/iu:+.1f}%" if iu and ip is not None
-            else "n/a | n/a | n/a")
-    print(f"| {k} | {u:.1f} | {p:.1f} | {100*(p-u)/u:+.1f}% | {icol} |")
+print("| build | benchmark | unpatched ns | patched ns | change | unpatched instr | patched instr | change |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for build, (uv, pv) in (("3.13", ("unpatched", "patched")), ("3.13t", ("unpatched-t", "patched-t"))):
+    if uv not in best:
+        continue
+    for k in best[uv]:
+        u, p = best[uv][k], best[pv][k]
+        iu, ip = instr.get((uv, k)), instr.get((pv, k))
+        icol = (f"{iu:.1f} | {ip:.1f} | {100*(ip-iu)/iu:+.1f}%" if iu and ip is not None
+                else "n/a | n/a | n/a")
+        print(f"| {build} | {k.replace('|', chr(92) + '|')} | {u:.1f} | {p:.1f} | {100*(p-u)/u:+.1f}% | {icol} |")
 PY

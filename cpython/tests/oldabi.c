@@ -1,12 +1,19 @@
 /* oldabi: a stable-ABI (abi3, 3.11) extension built against the UNPATCHED
- * CPython 3.11 headers and loaded unchanged into the patched interpreter.
+ * CPython headers (of 3.13, or 3.13t: see below) and loaded unchanged into
+ * the patched interpreter.
  * It exports buffers (its own type, made with PyType_FromSpec) and consumes
  * them through PyObject_GetBuffer and PyMemoryView_FromBuffer, with every
  * Py_buffer it owns placed so that it ends exactly at a PROT_NONE guard
  * page: one byte read or written past the classic struct is a SIGSEGV, not
  * a silent corruption.  A canary beside the guard catches nothing more but
  * documents intent for builds where mmap is not available. */
+#include <pyconfig.h>
+/* The free-threaded build (3.13t) has no limited API: there the "old
+ * binary" is a plain extension built against the unpatched 3.13t headers,
+ * which is what an old binary for that interpreter is. */
+#ifndef Py_GIL_DISABLED
 #define Py_LIMITED_API 0x030b0000
+#endif
 #include <Python.h>
 #include <sys/mman.h>
 #include <unistd.h>

@@ -89,11 +89,16 @@ class DeviceRuleTests(unittest.TestCase):
             with self.subTest(make), self.assertRaises((BufferError, TypeError)):
                 make(d)
 
-    def test_supported_flags_slot_and_inheritance(self):
+    def test_capability_slot_per_exact_type(self):
+        # The capability gate (3.13 series): a capability is declared by an
+        # exact type and never inherited (the Stable Reads draft's rule); the
+        # subclass's PyBUF_DEVICE request reaches the exporter without it.
         class Sub(newabi.DeviceExporter):
             pass
         self.assertEqual(newabi.supports(newabi.DeviceExporter(), DEVICE), 1)
-        self.assertEqual(newabi.supports(Sub(), DEVICE), 1)
+        self.assertEqual(newabi.supports(Sub(), DEVICE), 0)
+        with self.assertRaisesRegex(BufferError, "needs PyBUF_DEVICE"):
+            newabi.get(Sub(), DEVICE | ND)
         self.assertEqual(newabi.supports(b"x", DEVICE), 0)
         self.assertEqual(newabi.supports(object(), 0), 0)
 
