@@ -80,7 +80,8 @@ def build(out):
     pyinc = sysconfig.get_paths()["include"]
     h = hashlib.sha256()
     for f in (HERE / "nb_ext.cpp", HERE / "devbuf_ext.c", REPO / "bindings/python/include/devbuf_buffer.h",
-              REPO / "bindings/python/include/devbuf_capi.h"):
+              REPO / "bindings/python/include/devbuf_capi.h",
+              REPO / "bindings/python/include/devbuf_dlpack_import.h"):
         h.update(f.read_bytes())
     h.update(ver.encode())
     d = out / f"ext-{h.hexdigest()[:12]}"

@@ -1,13 +1,17 @@
 /* devbuf's side: the same function through the header-only backport
  * (bindings/python/include/devbuf_buffer.h), which also reports the device,
  * the sync to honour (device_info) and the format. An object without the
- * buffer protocol (a DLPack-only producer) goes through devbuf's C API
- * capsule (devbuf_capi.h: Import_FromObject, the import description without
- * any view object; the stream hand-off and the deleter as devbuf.view does
- * them), still without linking libdevbuf. */
+ * buffer protocol (a DLPack-only producer) goes through the header-only
+ * DLPack route (devbuf_dlpack_import.h: the device query cached per CPU-only
+ * producer type, __dlpack__(max_version=(1, 3)), the tensor validated and
+ * described, its deleter called once), still without linking libdevbuf and
+ * without any devbuf object. data_ptr_capi takes the C API capsule's
+ * Import_FromObject instead (devbuf_capi.h: the one import description of
+ * devbuf.view(), with a recorded sync), for comparison. */
 #include <Python.h>
 
 #include "devbuf_capi.h"
+#include "devbuf_dlpack_import.h"
 
 static const DevbufPy_CAPI *api;
 
@@ -19,6 +23,15 @@ static PyObject *data_ptr(PyObject *self, PyObject *obj) {
     DevbufPy_BufferRelease(&b);
     return PyLong_FromVoidPtr(p);
   }
+  DevbufPy_DLPackView v;
+  if (DevbufPy_DLPackImport(obj, 0, NULL, &v) < 0) return NULL;
+  void *p = v.buf;
+  DevbufPy_DLPackRelease(&v);
+  return PyLong_FromVoidPtr(p);
+}
+
+static PyObject *data_ptr_capi(PyObject *self, PyObject *obj) {
+  if (PyObject_CheckBuffer(obj)) return data_ptr(self, obj);
   DevbufPy_Import imp = {sizeof imp};
   if (api->Import_FromObject(obj, 0, &imp) < 0) return NULL;
   void *p = imp.buffer.view.buf;
@@ -28,6 +41,9 @@ static PyObject *data_ptr(PyObject *self, PyObject *obj) {
 
 static PyMethodDef methods[] = {
     {"data_ptr", data_ptr, METH_O, "data_ptr(obj) -> address of obj's first item"},
+    {"data_ptr_capi", data_ptr_capi, METH_O,
+     "data_ptr_capi(obj) -> the same, a DLPack-only producer through the C API's "
+     "Import_FromObject"},
     {NULL},
 };
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_devbuf_bench", NULL, -1, methods};
