@@ -36,13 +36,15 @@ versions=("$@")
 
 # The fast subset: build and import (taste.py), a DeviceBuffer on devbuf.sim,
 # views, DLPack to and from NumPy, pickle, the header backport with its
-# supported-flags cache, and the subinterpreter sequences.
+# supported-flags cache, the header-only DLPack route (C and C++), and the
+# subinterpreter sequences.
 SUBSET=(
   tests/python/test_device_buffer.py
   tests/python/test_view.py
   tests/python/test_interop_dlpack.py
   tests/python/test_pickle.py
   tests/python/test_backport.py
+  tests/python/test_dlpack_header.py
   tests/python/test_subinterpreters.py
 )
 

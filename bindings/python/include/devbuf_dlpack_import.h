@@ -405,11 +405,13 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
   uint32_t epi = 1;
   int64_t lo = 0, hi = 0;
   if (dl_flags & ~(uint64_t)DEVBUFPY__DL_KNOWN_FLAGS) {
-    PyErr_Format(PyExc_BufferError,
-                 "dlpack import: unknown flag bits 0x%llx (devbuf knows READ_ONLY, IS_COPIED, "
-                 "IS_SUBBYTE_TYPE_PADDED of DLPack %d.%d)",
-                 (unsigned long long)(dl_flags & ~(uint64_t)DEVBUFPY__DL_KNOWN_FLAGS),
-                 DEVBUFPY_DLPACK_MAJOR, DEVBUFPY_DLPACK_MINOR);
+    char msg[160]; /* PyErr_Format has no %llx before 3.12 */
+    PyOS_snprintf(msg, sizeof msg,
+                  "dlpack import: unknown flag bits 0x%llx (devbuf knows READ_ONLY, IS_COPIED, "
+                  "IS_SUBBYTE_TYPE_PADDED of DLPack %d.%d)",
+                  (unsigned long long)(dl_flags & ~(uint64_t)DEVBUFPY__DL_KNOWN_FLAGS),
+                  DEVBUFPY_DLPACK_MAJOR, DEVBUFPY_DLPACK_MINOR);
+    PyErr_SetString(PyExc_BufferError, msg);
     return -1;
   }
   if (!DevbufPy__DLDeviceKnown(t->device, &host, &handle)) return -1;
@@ -904,12 +906,17 @@ static inline int DevbufPy__DLFromCapsule(PyObject *cap, PyObject *producer, int
   if (DevbufPy_DLPackDescribe(t, dl_flags, out) < 0) return -1;
   if (!versioned) out->dl_flags = 0; /* as received: a legacy tensor has none */
   if ((flags & DEVBUFPY_DLPACK_WRITABLE) && out->readonly) {
-    PyErr_Format(PyExc_BufferError,
-                 "the producer (%.100s, through %s) marked it read-only, so a writable request "
-                 "is refused",
-                 producer ? Py_TYPE(producer)->tp_name : "unknown",
-                 versioned ? "dlpack" : "dlpack_legacy (which cannot say it is writable: pass "
-                                        "DEVBUFPY_DLPACK_LEGACY_WRITABLE if you know it is)");
+    if (versioned)
+      PyErr_Format(PyExc_BufferError,
+                   "the producer (%.100s, through dlpack) marked it read-only, so a writable "
+                   "request is refused",
+                   producer ? Py_TYPE(producer)->tp_name : "unknown");
+    else
+      PyErr_Format(PyExc_BufferError,
+                   "the producer (%.100s) gave a legacy DLPack capsule, which cannot say it is "
+                   "writable, so it is read-only and a writable request is refused (pass "
+                   "DEVBUFPY_DLPACK_LEGACY_WRITABLE if you know the producer allows writes)",
+                   producer ? Py_TYPE(producer)->tp_name : "unknown");
     return -1;
   }
   /* Consumed: renamed, as the spec asks, and without its destructor, which
