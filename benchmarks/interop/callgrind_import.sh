@@ -13,7 +13,9 @@
 # c.nanobind.dlpack_only, c.devbuf.numpy, c.nanobind.numpy (benchmarks/nanobind's
 # two extensions, as bench_nanobind.py builds them; run bench_nanobind.py once
 # first). c.devbuf.* is the header-only route (devbuf_dlpack_import.h for a
-# DLPack-only producer), c.capi.* the C API capsule's Import_FromObject.
+# DLPack-only producer), c.capi.* the C API capsule's Import_FromObject, and
+# c.floor.dlpack_only no consumer at all: __dlpack__(max_version=(1, 3)) and
+# the deleter, the floor under any consumer of that producer.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
@@ -40,7 +42,7 @@ if case.startswith("c."):
     import _devbuf_bench, _nb_bench
     _, lib, what = case.split(".")
     f = {"devbuf": _devbuf_bench.data_ptr, "capi": _devbuf_bench.data_ptr_capi,
-         "nanobind": _nb_bench.data_ptr}[lib]
+         "floor": _devbuf_bench.floor_dlpack, "nanobind": _nb_bench.data_ptr}[lib]
     x = DLPackOnly(np.arange(1024, dtype=np.float32)) if what == "dlpack_only" else a
 else:
     f = {"devbuf.from_dlpack": devbuf.from_dlpack, "np.from_dlpack": np.from_dlpack,

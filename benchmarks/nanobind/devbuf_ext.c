@@ -10,6 +10,7 @@
  * devbuf.view(), with a recorded sync), for comparison. */
 #include <Python.h>
 
+#include "devbuf/dlpack.h"
 #include "devbuf_capi.h"
 #include "devbuf_dlpack_import.h"
 
@@ -48,7 +49,39 @@ static PyObject *data_ptr_capi(PyObject *self, PyObject *obj) {
   return PyLong_FromVoidPtr(p);
 }
 
+/* Not a consumer: the floor under any consumer of this producer that asks
+ * for a versioned tensor. obj.__dlpack__(max_version=(1, 3)) through the
+ * type's method, the pointer taken, the deleter called; no device query, no
+ * stream, no validation, no rename, no owner kept. What a real consumer
+ * costs above this is its own work (docs/benchmarks.md). */
+static PyObject *floor_dlpack(PyObject *self, PyObject *obj) {
+  static PyObject *name, *kw, *mv;
+  if (name == NULL) {
+    name = PyUnicode_InternFromString("__dlpack__");
+    PyObject *k = PyUnicode_InternFromString("max_version");
+    kw = k ? PyTuple_Pack(1, k) : NULL;
+    Py_XDECREF(k);
+    mv = Py_BuildValue("(ii)", 1, 3);
+    if (name == NULL || kw == NULL || mv == NULL) return NULL;
+  }
+  PyObject *argv[2] = {obj, mv};
+  PyObject *cap = PyObject_VectorcallMethod(name, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kw);
+  if (cap == NULL) return NULL;
+  DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+  if (m == NULL || PyCapsule_SetDestructor(cap, NULL) < 0) {
+    Py_DECREF(cap);
+    return NULL;
+  }
+  Py_DECREF(cap);
+  void *p = (char *)m->dl_tensor.data + m->dl_tensor.byte_offset;
+  if (m->deleter) m->deleter(m);
+  return PyLong_FromVoidPtr(p);
+}
+
 static PyMethodDef methods[] = {
+    {"floor_dlpack", floor_dlpack, METH_O,
+     "floor_dlpack(obj) -> address; __dlpack__(max_version=(1, 3)) and the deleter only "
+     "(the floor under any consumer, not one)"},
     {"data_ptr", data_ptr, METH_O, "data_ptr(obj) -> address of obj's first item"},
     {"data_ptr_capi", data_ptr_capi, METH_O,
      "data_ptr_capi(obj) -> the same, a DLPack-only producer through the C API's "
