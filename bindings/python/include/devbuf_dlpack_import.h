@@ -67,9 +67,11 @@
  *    harmless.
  *  - Not shared between threads unless the caller orders them.
  *
- * Threads: the per-type device cache and the interned names live in
- * thread-local storage (per thread and interpreter), so nothing is shared
- * without the GIL and subinterpreters never see each other's objects. */
+ * Threads: the per-type device cache and the interned names are kept per
+ * interpreter (keyed by its ID), in one static state guarded by the GIL
+ * before 3.12 and in thread-local storage from 3.12 (isolated
+ * subinterpreters) and on 3.13t: nothing is shared without a lock, and
+ * subinterpreters never see each other's objects. */
 #ifndef DEVBUF_DLPACK_IMPORT_H
 #define DEVBUF_DLPACK_IMPORT_H
 
@@ -179,8 +181,10 @@ typedef struct DevbufPy__DLManagedVersioned {
   DevbufPy__DLTensor dl_tensor;
 } DevbufPy__DLManagedVersioned;
 
-DEVBUFPY__STATIC_ASSERT(sizeof(Py_ssize_t) == sizeof(int64_t) || sizeof(Py_ssize_t) == 4,
-                        "devbuf_dlpack_import.h: unexpected Py_ssize_t");
+/* DLPack's extents are 64-bit, and so must the buffer protocol's be here
+ * (as in devbuf itself): a 32-bit build is not supported. */
+DEVBUFPY__STATIC_ASSERT(sizeof(Py_ssize_t) == sizeof(int64_t),
+                        "devbuf_dlpack_import.h needs a 64-bit Py_ssize_t");
 
 #define DEVBUFPY__DL_READ_ONLY 1u
 #define DEVBUFPY__DL_IS_COPIED 2u
@@ -209,8 +213,12 @@ static inline int DevbufPy__add_i64(int64_t a, int64_t b, int64_t *r) {
 #define DEVBUFPY__ADD_OVF(a, b, r) DevbufPy__add_i64((a), (b), (r))
 #endif
 
-/* Thread-local storage, always (also with the GIL: isolated subinterpreters
- * run at once, and the state below holds one interpreter's objects). */
+/* Where the import's state (interned names, the per-type cache) lives.
+ * Before 3.12 one GIL serialises the whole process (subinterpreters
+ * included): one static state, guarded by it. From 3.12 isolated
+ * subinterpreters run at once under their own GILs, and 3.13t runs threads
+ * without one: thread-local storage there. Either way the state holds one
+ * interpreter's objects, keyed by its ID. */
 #if defined(__cplusplus)
 #define DEVBUFPY__TLS thread_local
 #elif defined(_MSC_VER)
@@ -219,6 +227,11 @@ static inline int DevbufPy__add_i64(int64_t a, int64_t b, int64_t *r) {
 #define DEVBUFPY__TLS _Thread_local
 #else
 #define DEVBUFPY__TLS __thread
+#endif
+#if PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#define DEVBUFPY__DL_STATE_STORAGE
+#else
+#define DEVBUFPY__DL_STATE_STORAGE DEVBUFPY__TLS
 #endif
 
 /* ---- the device and the dtype --------------------------------------------------- */
@@ -393,17 +406,26 @@ static inline int DevbufPy__DLFormat(DevbufPy__DLDataType dt, int padded, char *
 /* ---- describing a tensor ---------------------------------------------------------- */
 
 /* Validate `t` (with the versioned tensor's `dl_flags`; legacy: 0) into
- * `out`'s description fields, as libdevbuf's devbuf_dlpack_describe does.
+ * `out`'s description fields. The checks and messages are libdevbuf's
+ * devbuf_dlpack_describe followed by devbuf's layout check of its result
+ * (layout.c), in that order: where a tensor has several faults, the one
+ * devbuf names first is named. The per-dimension checks share two loops
+ * (a check found failing is remembered and raised when its turn comes).
  * Takes nothing: the owner fields are the caller's. 0, or -1 with
  * BufferError naming what is wrong. */
 static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
                                           DevbufPy_DLPackView *out) {
   const DevbufPy__DLTensor *t = (const DevbufPy__DLTensor *)tensor;
-  int32_t ndim = t->ndim, i;
-  int host, handle, empty = 0;
+  int32_t ndim = t->ndim, i, last = ndim - 1;
+  int host, handle, empty = 0, c = 1, fo = 1;
   uint64_t itemsize = 0, nelem = 1, nitems;
   uint32_t epi = 1;
-  int64_t lo = 0, hi = 0;
+  int64_t lo = 0, hi = 0, c_order[DEVBUFPY_DLPACK_MAX_NDIM];
+  const int64_t *es = t->strides;
+  /* The layout check's own sums (Py_ssize_t is int64_t here), and the first
+   * dimension where each of its per-dimension checks fails (-1: none). */
+  Py_ssize_t items = 1, rlo = 0, rhi, fs = 0, cs = -1, prev = -1;
+  int32_t extent_bad = -1, items_bad = -1, reach_bad = -1, span_bad = -1, none = 0;
   if (dl_flags & ~(uint64_t)DEVBUFPY__DL_KNOWN_FLAGS) {
     char msg[160]; /* PyErr_Format has no %llx before 3.12 */
     PyOS_snprintf(msg, sizeof msg,
@@ -443,92 +465,116 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
     }
   }
   if (empty) nelem = 0;
-  {
-    /* Element strides (C order when absent), then items and bytes. */
-    int64_t c_order[DEVBUFPY_DLPACK_MAX_NDIM];
-    const int64_t *es = t->strides;
-    if (es == NULL) {
-      int64_t s = 1;
-      for (i = ndim - 1; i >= 0; i--) {
-        int64_t n = t->shape[i] > 0 ? t->shape[i] : 1;
-        c_order[i] = s;
-        if (DEVBUFPY__MUL_OVF(s, n, &s)) s = INT64_MAX; /* only reached if empty elsewhere */
-      }
-      es = c_order;
+  if (es == NULL) { /* C order, in elements */
+    int64_t s = 1;
+    for (i = last; i >= 0; i--) {
+      int64_t n = t->shape[i] > 0 ? t->shape[i] : 1;
+      c_order[i] = s;
+      if (DEVBUFPY__MUL_OVF(s, n, &s)) s = INT64_MAX; /* only reached if empty elsewhere */
     }
-    if (epi > 1) {
-      int32_t last = ndim - 1;
-      if (ndim == 0) {
+    es = c_order;
+  }
+  if (epi > 1) {
+    /* Packed sub-byte elements: the last dimension is split into items. */
+    if (ndim == 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "dlpack import: a 0-d packed %s tensor cannot be described in whole-byte items",
+                   out->format);
+      return -1;
+    }
+    if (t->shape[last] % epi != 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "dlpack import: packed sub-byte tensor: last dimension %lld is not a multiple "
+                   "of %u elements per byte group",
+                   (long long)t->shape[last], (unsigned)epi);
+      return -1;
+    }
+    if (t->shape[last] > 1 && es[last] != 1) {
+      PyErr_Format(PyExc_BufferError,
+                   "dlpack import: packed sub-byte tensor: last dimension has stride %lld, only 1 "
+                   "can be split into bytes",
+                   (long long)es[last]);
+      return -1;
+    }
+    for (i = 0; i < ndim; i++) {
+      int64_t s = (i == last) ? (int64_t)epi : es[i], bs;
+      if (s % (int64_t)epi != 0) {
         PyErr_Format(PyExc_BufferError,
-                     "dlpack import: a 0-d packed %s tensor cannot be described in whole-byte "
-                     "items",
-                     out->format);
+                     "dlpack import: packed sub-byte tensor: stride[%d] = %lld is not a multiple "
+                     "of %u elements",
+                     (int)i, (long long)s, (unsigned)epi);
         return -1;
       }
-      if (t->shape[last] % epi != 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "dlpack import: packed sub-byte tensor: last dimension %lld is not a "
-                     "multiple of %u elements per byte group",
-                     (long long)t->shape[last], (unsigned)epi);
+      out->shape[i] = (i == last) ? t->shape[i] / (int64_t)epi : t->shape[i];
+      if (DEVBUFPY__MUL_OVF(s / (int64_t)epi, (int64_t)itemsize, &bs)) {
+        PyErr_Format(PyExc_BufferError, "dlpack import: stride[%d] = %lld overflows in bytes",
+                     (int)i, (long long)s);
         return -1;
       }
-      if (t->shape[last] > 1 && es[last] != 1) {
-        PyErr_Format(PyExc_BufferError,
-                     "dlpack import: packed sub-byte tensor: last dimension has stride %lld, "
-                     "only 1 can be split into bytes",
-                     (long long)es[last]);
-        return -1;
-      }
-      for (i = 0; i < ndim; i++) {
-        int64_t s = (i == last) ? (int64_t)epi : es[i], b;
-        if (s % (int64_t)epi != 0) {
-          PyErr_Format(PyExc_BufferError,
-                       "dlpack import: packed sub-byte tensor: stride[%d] = %lld is not a "
-                       "multiple of %u elements",
-                       (int)i, (long long)s, (unsigned)epi);
-          return -1;
-        }
-        out->shape[i] = (Py_ssize_t)((i == last) ? t->shape[i] / (int64_t)epi : t->shape[i]);
-        if (DEVBUFPY__MUL_OVF(s / (int64_t)epi, (int64_t)itemsize, &b)) {
-          PyErr_Format(PyExc_BufferError, "dlpack import: stride[%d] = %lld overflows in bytes",
-                       (int)i, (long long)s);
-          return -1;
-        }
-        out->strides[i] = (Py_ssize_t)b;
-      }
-    } else {
-      for (i = 0; i < ndim; i++) {
-        int64_t b;
-        out->shape[i] = (Py_ssize_t)t->shape[i];
-        if (DEVBUFPY__MUL_OVF(es[i], (int64_t)itemsize, &b)) {
-          PyErr_Format(PyExc_BufferError,
-                       "dlpack import: stride[%d] = %lld elements overflows 64 bits in bytes "
-                       "(itemsize %llu)",
-                       (int)i, (long long)es[i], (unsigned long long)itemsize);
-          return -1;
-        }
-        out->strides[i] = (Py_ssize_t)b;
-      }
+      out->strides[i] = bs;
     }
   }
   nitems = epi > 1 ? nelem / epi : nelem;
-  if (nitems > 0) {
-    for (i = 0; i < ndim; i++) {
-      int64_t span;
-      if (out->shape[i] <= 1) continue;
-      if (DEVBUFPY__MUL_OVF((int64_t)out->shape[i] - 1, (int64_t)out->strides[i], &span) ||
-          (span < 0 ? DEVBUFPY__ADD_OVF(lo, span, &lo) : DEVBUFPY__ADD_OVF(hi, span, &hi))) {
+  rhi = (Py_ssize_t)itemsize;
+  /* One pass: strides in bytes (raised at once: devbuf checks them first),
+   * then the extent, the layout check's items and reach (remembered), and
+   * contiguity, judged on items (C order read forwards: each stride is the
+   * next non-trivial one times its extent, the last one the itemsize). */
+  for (i = 0; i < ndim; i++) {
+    Py_ssize_t n, st, span, mag, prod;
+    if (epi == 1) {
+      out->shape[i] = t->shape[i];
+      if (DEVBUFPY__MUL_OVF(es[i], (int64_t)itemsize, &out->strides[i])) {
         PyErr_Format(PyExc_BufferError,
-                     "dlpack import: extent overflows 64 bits at dimension %d (shape %lld, "
-                     "stride %lld bytes)",
-                     (int)i, (long long)out->shape[i], (long long)out->strides[i]);
+                     "dlpack import: stride[%d] = %lld elements overflows 64 bits in bytes "
+                     "(itemsize %llu)",
+                     (int)i, (long long)es[i], (unsigned long long)itemsize);
         return -1;
       }
     }
-    if (DEVBUFPY__ADD_OVF(hi, (int64_t)itemsize, &hi)) {
-      PyErr_SetString(PyExc_BufferError, "dlpack import: extent overflows 64 bits");
-      return -1;
+    n = out->shape[i];
+    st = out->strides[i];
+    if (nitems > 0 && n > 1 && extent_bad < 0 &&
+        (DEVBUFPY__MUL_OVF(n - 1, st, &span) ||
+         (span < 0 ? DEVBUFPY__ADD_OVF(lo, span, &lo) : DEVBUFPY__ADD_OVF(hi, span, &hi))))
+      extent_bad = i;
+    if (n == 0) {
+      none = 1;
+    } else if (items_bad < 0) {
+      if (DEVBUFPY__MUL_OVF(items, n, &prod)) items_bad = i;
+      else if (!none) items = prod;
     }
+    if (st != 0 && n > 1 && reach_bad < 0 && span_bad < 0) {
+      if (st == PY_SSIZE_T_MIN || DEVBUFPY__MUL_OVF(st < 0 ? -st : st, n - 1, &mag) ||
+          mag > PY_SSIZE_T_MAX / 2) {
+        reach_bad = i;
+      } else {
+        if (st < 0) rlo += (n - 1) * st;
+        else rhi += (n - 1) * st;
+        if (rlo < -PY_SSIZE_T_MAX / 2 || rhi > PY_SSIZE_T_MAX / 2) span_bad = i;
+      }
+    }
+    if (n != 1 && nitems > 1) {
+      if (prev >= 0 && cs != st * n) c = 0;
+      cs = st;
+      prev = i;
+      if (st != (fs ? fs : (Py_ssize_t)itemsize)) fo = 0;
+      fs = (fs ? fs : (Py_ssize_t)itemsize) * n;
+    }
+  }
+  if (prev >= 0 && cs != (Py_ssize_t)itemsize) c = 0;
+  /* libdevbuf's checks, in its order. */
+  if (extent_bad >= 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "dlpack import: extent overflows 64 bits at dimension %d (shape %lld, stride "
+                 "%lld bytes)",
+                 (int)extent_bad, (long long)out->shape[extent_bad],
+                 (long long)out->strides[extent_bad]);
+    return -1;
+  }
+  if (nitems > 0 && DEVBUFPY__ADD_OVF(hi, (int64_t)itemsize, &hi)) {
+    PyErr_SetString(PyExc_BufferError, "dlpack import: extent overflows 64 bits");
+    return -1;
   }
   if (t->byte_offset > (uint64_t)INT64_MAX) {
     PyErr_Format(PyExc_BufferError, "dlpack import: byte_offset %llu is too large",
@@ -536,7 +582,7 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
     return -1;
   }
   if (nitems > 0) {
-    int64_t first, last;
+    int64_t first, end;
     if (t->data == NULL) {
       PyErr_Format(PyExc_BufferError,
                    "dlpack import: data is NULL but the tensor has %llu elements",
@@ -544,7 +590,7 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
       return -1;
     }
     if (DEVBUFPY__ADD_OVF((int64_t)t->byte_offset, lo, &first) ||
-        DEVBUFPY__ADD_OVF((int64_t)t->byte_offset, hi, &last)) {
+        DEVBUFPY__ADD_OVF((int64_t)t->byte_offset, hi, &end)) {
       PyErr_Format(PyExc_BufferError,
                    "dlpack import: byte_offset %llu plus the extent overflows 64 bits",
                    (unsigned long long)t->byte_offset);
@@ -561,11 +607,11 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
     } else {
       uintptr_t base = (uintptr_t)t->data;
       if ((first < 0 && (uint64_t)(-(first + 1)) + 1 > (uint64_t)base) ||
-          (last > 0 && (uint64_t)last - 1 > (uint64_t)(UINTPTR_MAX - base))) {
+          (end > 0 && (uint64_t)end - 1 > (uint64_t)(UINTPTR_MAX - base))) {
         PyErr_Format(PyExc_BufferError,
                      "dlpack import: the view [%lld, %lld) bytes from data %p wraps around the "
                      "address space",
-                     (long long)first, (long long)last, t->data);
+                     (long long)first, (long long)end, t->data);
         return -1;
       }
     }
@@ -577,6 +623,39 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
                  t->data, (unsigned long long)t->byte_offset);
     return -1;
   }
+  /* Then what the buffer protocol can count, as devbuf holds every
+   * description it makes to (its layout check, with the same rules): items
+   * and bytes in Py_ssize_t, and each stride's reach within half of it, so
+   * that the arithmetic of any copy or gather over the view cannot wrap. */
+  if (items_bad >= 0) {
+    PyErr_Format(PyExc_BufferError, "dlpack import: shape overflows Py_ssize_t at shape[%d]",
+                 (int)items_bad);
+    return -1;
+  }
+  if (none) items = 0;
+  if (DEVBUFPY__MUL_OVF(items, (Py_ssize_t)itemsize, &fs)) {
+    PyErr_SetString(PyExc_BufferError, "dlpack import: shape * itemsize overflows Py_ssize_t");
+    return -1;
+  }
+  if (!none && ndim > 0) {
+    if ((Py_ssize_t)itemsize > PY_SSIZE_T_MAX / 2) {
+      PyErr_Format(PyExc_BufferError, "dlpack import: itemsize %zd is too large to stride over",
+                   (Py_ssize_t)itemsize);
+      return -1;
+    }
+    if (reach_bad >= 0) {
+      PyErr_Format(PyExc_BufferError,
+                   "dlpack import: strides[%d] = %zd overflows over shape[%d] = %zd",
+                   (int)reach_bad, out->strides[reach_bad], (int)reach_bad,
+                   out->shape[reach_bad]);
+      return -1;
+    }
+    if (span_bad >= 0) {
+      PyErr_SetString(PyExc_BufferError,
+                      "dlpack import: strides span more than Py_ssize_t can count");
+      return -1;
+    }
+  }
   if (handle && t->byte_offset != 0) {
     PyErr_Format(PyExc_BufferError,
                  "a %s tensor with byte_offset %llu cannot be re-exported: its data is a memory "
@@ -585,37 +664,8 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
                  (unsigned long long)t->byte_offset);
     return -1;
   }
-  if (sizeof(Py_ssize_t) < sizeof(int64_t) &&
-      ((uint64_t)hi > (uint64_t)PY_SSIZE_T_MAX || nitems > (uint64_t)PY_SSIZE_T_MAX)) {
-    PyErr_SetString(PyExc_BufferError, "dlpack import: the tensor does not fit in Py_ssize_t");
-    return -1;
-  }
-  {
-    /* Contiguity, judged on items. */
-    int c = 1, fo = 1;
-    if (nitems > 1) {
-      Py_ssize_t s = (Py_ssize_t)itemsize;
-      for (i = ndim - 1; i >= 0; i--) {
-        if (out->shape[i] == 1) continue;
-        if (out->strides[i] != s) {
-          c = 0;
-          break;
-        }
-        s *= out->shape[i];
-      }
-      s = (Py_ssize_t)itemsize;
-      for (i = 0; i < ndim; i++) {
-        if (out->shape[i] == 1) continue;
-        if (out->strides[i] != s) {
-          fo = 0;
-          break;
-        }
-        s *= out->shape[i];
-      }
-    }
-    out->c_contiguous = c;
-    out->f_contiguous = fo;
-  }
+  out->c_contiguous = c;
+  out->f_contiguous = fo;
   out->buf = (void *)((uintptr_t)t->data + (uintptr_t)t->byte_offset);
   out->nitems = (Py_ssize_t)nitems;
   out->itemsize = (Py_ssize_t)itemsize;
@@ -659,12 +709,12 @@ typedef struct DevbufPy__DLState {
   DevbufPy__DLType types[DEVBUFPY__DL_TYPES];
 } DevbufPy__DLState;
 
-/* This thread's state for the current interpreter, made on first use. The
- * previous interpreter's objects are left alone (never touched from another
- * interpreter: it owns them and frees them at its end). NULL with an
- * exception. */
+/* The state for the current interpreter (and thread, from 3.12), made on
+ * first use. The previous interpreter's objects are left alone (never
+ * touched from another interpreter: it owns them and frees them at its
+ * end). NULL with an exception. */
 static inline DevbufPy__DLState *DevbufPy__DLGetState(void) {
-  static DEVBUFPY__TLS DevbufPy__DLState st;
+  static DEVBUFPY__DL_STATE_STORAGE DevbufPy__DLState st;
   DevbufPy__DLState *s = &st;
   /* The ID, not the pointer: a new interpreter may reuse a dead one's address. */
   int64_t id = PyInterpreterState_GetID(PyInterpreterState_Get()) + 1;
@@ -777,23 +827,24 @@ static inline int DevbufPy__DLProducerDevice(DevbufPy__DLState *s, PyObject *obj
   return 0;
 }
 
-/* The stream devbuf passes for a device (its default stream), or None. */
+/* The stream devbuf passes for a device (its default stream), or NULL
+ * (none: the producer's default) without an exception. */
 static inline PyObject *DevbufPy__DLDefaultStream(int32_t device_type) {
   switch (device_type) {
     case 2: case 13: return PyLong_FromLong(1); /* CUDA: the legacy default stream */
     case 10: return PyLong_FromLong(0);         /* ROCm: the default stream */
-    default: Py_INCREF(Py_None); return Py_None;
+    default: return NULL;
   }
 }
 
 /* obj.__dlpack__(stream=stream, max_version=(1, 3)), fewer keywords for a
  * producer that refuses them with TypeError: the stream is left out when it
- * is None (its default), then max_version, then stream. method: the type's
- * __dlpack__ to call unbound, or NULL to look it up. */
+ * is NULL (None, its default), then max_version, then stream. method: the
+ * type's __dlpack__ to call unbound, or NULL to look it up. */
 static inline PyObject *DevbufPy__DLCall(DevbufPy__DLState *s, PyObject *obj, PyObject *method,
                                          PyObject *stream) {
   PyObject *argv[3], *r = NULL;
-  int ns = stream == Py_None, a, ntries;
+  int ns = stream == NULL, a, ntries;
   /* n keywords: stream + max_version, stream, none; without stream:
    * max_version, none. */
   static const int tries_s[] = {2, 1, 0}, tries_ns[] = {1, 0};
@@ -941,15 +992,13 @@ static inline int DevbufPy__DLFromCapsule(PyObject *cap, PyObject *producer, int
  * 0, or -1 with an exception (nothing held). */
 static inline int DevbufPy_DLPackImport(PyObject *obj, int flags, PyObject *stream,
                                         DevbufPy_DLPackView *out) {
-  DevbufPy__DLState *s;
+  DevbufPy__DLState *s = DevbufPy__DLGetState();
   DevbufPy__DLType *e, scratch;
   PyTypeObject *type = Py_TYPE(obj);
-  DevbufPy__DLDevice dev;
-  PyObject *st, *cap;
+  DevbufPy__DLDevice dev = {0, 0};
+  PyObject *st, *cap; /* st: the stream passed, NULL for none (left at its default) */
   int has = 0, skip, not_cpu = 0, rc;
-  DevbufPy__DLClear(out);
-  s = DevbufPy__DLGetState();
-  if (s == NULL) return -1;
+  if (s == NULL) goto fail;
   for (;;) {
     e = DevbufPy__DLTypeOf(s, type, &scratch);
     skip = e->cpu == 1;
@@ -958,25 +1007,23 @@ static inline int DevbufPy_DLPackImport(PyObject *obj, int flags, PyObject *stre
       dev.device_id = 0;
       has = 1;
     } else {
-      if (DevbufPy__DLProducerDevice(s, obj, &dev, &has) < 0) return -1;
+      if (DevbufPy__DLProducerDevice(s, obj, &dev, &has) < 0) goto fail;
       /* The query may have run any code: the entry is trusted only if its
        * type is still unchanged. Once off the CPU, a type stays off. */
       e = DevbufPy__DLTypeOf(s, type, &scratch);
       if (has && e->cpu != 0) e->cpu = dev.device_type == 1;
     }
-    if (!has || dev.device_type == 1) {
-      st = Py_None;
-      Py_INCREF(st);
+    if (!has || dev.device_type == 1 || stream == Py_None) {
+      st = NULL;
     } else if (stream != NULL) {
       st = stream;
       Py_INCREF(st);
-    } else {
-      st = DevbufPy__DLDefaultStream(dev.device_type);
-      if (st == NULL) return -1;
+    } else if ((st = DevbufPy__DLDefaultStream(dev.device_type)) == NULL && PyErr_Occurred()) {
+      goto fail;
     }
     cap = DevbufPy__DLCall(s, obj, e->method, st);
     if (cap == NULL) {
-      Py_DECREF(st);
+      Py_XDECREF(st);
       if (PyErr_ExceptionMatches(PyExc_AttributeError) && e->method == NULL &&
           _PyType_Lookup(type, s->s_dlpack) == NULL) {
         PyErr_Clear();
@@ -985,20 +1032,16 @@ static inline int DevbufPy_DLPackImport(PyObject *obj, int flags, PyObject *stre
                      "needed; for a buffer exporter use DevbufPy_GetBufferEx)",
                      type->tp_name);
       }
-      return -1;
+      goto fail;
     }
     rc = DevbufPy__DLFromCapsule(cap, obj, flags, out, skip ? &not_cpu : NULL);
     Py_DECREF(cap); /* consumed: it has no destructor left; else it deletes the tensor */
     if (rc == 0) {
-      if (st != Py_None) out->stream = st; /* the reference moves into out */
-      else Py_DECREF(st);
+      out->stream = st; /* the reference moves into out */
       return 0;
     }
-    Py_DECREF(st);
-    if (!not_cpu) {
-      DevbufPy__DLClear(out);
-      return -1;
-    }
+    Py_XDECREF(st);
+    if (!not_cpu) goto fail;
     /* The cache was wrong for this object: exported without the device
      * query and its stream (the capsule, unconsumed, is deleted). Mark the
      * type and import again the full way. */
@@ -1006,6 +1049,9 @@ static inline int DevbufPy_DLPackImport(PyObject *obj, int flags, PyObject *stre
     e->cpu = 0;
     not_cpu = 0;
   }
+fail:
+  DevbufPy__DLClear(out);
+  return -1;
 }
 
 /* Import a capsule someone else got from __dlpack__ (consumes it: renamed
