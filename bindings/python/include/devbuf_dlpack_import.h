@@ -19,7 +19,8 @@
  * messages:
  *  - asks obj.__dlpack_device__() to choose the stream it passes (none on the
  *    CPU), except for a producer type that has only ever answered kDLCPU (a
- *    per-thread cache keyed by interpreter, type and the type's version tag):
+ *    cache keyed by interpreter, type and the type's version tag; see
+ *    Threads below):
  *    then the tensor's device is checked before the capsule is consumed, and
  *    a tensor found elsewhere leaves its capsule unconsumed (its destructor
  *    deletes it), marks the type, and the import is made again the full way;
