@@ -261,7 +261,6 @@ static int desc_prepare_device(dbp_desc *f) {
 }
 
 int dbp_desc_export(dbp_desc *f, Py_buffer *view, int flags) {
-  if (f->kind == DBP_DESC_ARROW) return dbp_arrow_desc_export(f, view, flags);
   const devbuf_dlpack_desc *d = &f->desc;
   int readonly = (d->flags & DEVBUF_DLPACK_READONLY) != 0;
   if ((flags & PyBUF_WRITABLE) && readonly) {
@@ -293,6 +292,10 @@ int dbp_desc_export(dbp_desc *f, Py_buffer *view, int flags) {
     }
   }
 #if DBP_CHECK_EXPORTS
+  if (f->kind == DBP_DESC_ARROW) { /* its format lives in its owner: dbp_arrow_desc_export */
+    PyErr_SetString(PyExc_SystemError, "dbp_desc_export of an Arrow description");
+    return -1;
+  }
   if (dbp_desc_check(d, "devbuf.ForeignArray export") < 0) return -1;
 #endif
   if (device_export && desc_prepare_device(f) < 0) return -1;

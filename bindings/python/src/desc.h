@@ -90,9 +90,10 @@ int dbp_desc_record(dbp_desc *d, void *stream, const char *what);
 int dbp_desc_after_stream_import(dbp_desc *d);
 /* Fill `view` (a DevbufPy_buffer_ext's Py_buffer) from d for `flags`, with
  * every check an exporter owes (the messages name devbuf.ForeignArray, as
- * they always did; an Arrow description's those of devbuf.ArrowArray,
- * dbp_arrow_desc_export); view->obj is left NULL for the caller. 0, or -1
- * with BufferError. */
+ * they always did); view->obj is left NULL for the caller. 0, or -1 with
+ * BufferError. Not for an Arrow description: dbp_arrow_desc_export (no
+ * dispatch on the kind here, the DLPack hot path's cost; checked in debug
+ * builds). */
 int dbp_desc_export(dbp_desc *d, Py_buffer *view, int flags);
 /* "dlpack", "dlpack_legacy", "cuda_array_interface", "array_interface",
  * "arrow". */

@@ -85,13 +85,17 @@ static DbpView *view_finish(DbpView *v) {
 }
 
 /* Take `d` (freed on failure): the view's Py_buffer points into it, with
- * every check of an export of it; nothing is exported in between. */
-static int view_take_desc(DbpView *v, dbp_desc *d, int flags) {
+ * every check of an export of it (`export`: dbp_desc_export, or
+ * dbp_arrow_desc_export for an Arrow description; a constant at each call
+ * site, so the hot DLPack path calls its export directly, with no dispatch
+ * on the kind); nothing is exported in between. */
+static inline int view_take_desc(DbpView *v, dbp_desc *d, int flags,
+                                 int (*export)(dbp_desc *, Py_buffer *, int)) {
   v->buf.flags = 0;
   v->buf.ext_flags = 0;
   v->buf.device = NULL;
   v->buf.device_info = NULL;
-  if (dbp_desc_export(d, &v->buf.view, VIEW_FLAGS | flags) < 0) {
+  if (export(d, &v->buf.view, VIEW_FLAGS | flags) < 0) {
     v->buf.device = NULL;
     v->buf.device_info = NULL;
     dbp_desc_free(d);
@@ -107,7 +111,7 @@ DbpView *dbp_view_from_desc(dbp_desc *d, int flags) {
     dbp_desc_free(d);
     return NULL;
   }
-  if (view_take_desc(v, d, flags) < 0) {
+  if (view_take_desc(v, d, flags, dbp_desc_export) < 0) {
     Py_DECREF(v);
     return NULL;
   }
@@ -129,21 +133,28 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
      * fast path (a cached per-type lookup) without the Arrow lookups.
      * Arrow's refusals are raised as they are (not one route among
      * several): an Arrow producer asked for its Arrow array. */
-    if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred())
+    if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred()) {
       d = dbp_arrow_import(obj, 0);
+      if (d != NULL) {
+        if (view_take_desc(v, d, flags, dbp_arrow_desc_export) < 0) {
+          Py_DECREF(v);
+          return NULL;
+        }
+        /* Arrow's description was not made by dbp_desc_describe: the
+         * producer's answer gets the check a buffer export gets. */
+        if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
+                                  DBP_LAYOUT_BUFFER_ERROR) < 0) {
+          dbp_desc_free(v->held);
+          v->held = NULL;
+          Py_DECREF(v);
+          return NULL;
+        }
+        return view_finish(v);
+      }
+    }
     if (d == NULL && !PyErr_Occurred()) d = dbp_interop_import(obj, NULL);
     if (d != NULL) {
-      if (view_take_desc(v, d, flags) < 0) {
-        Py_DECREF(v);
-        return NULL;
-      }
-      /* Arrow's description was not made by dbp_desc_describe: the
-       * producer's answer gets the check a buffer export gets. */
-      if (v->held->kind == DBP_DESC_ARROW &&
-          dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
-                                DBP_LAYOUT_BUFFER_ERROR) < 0) {
-        dbp_desc_free(v->held);
-        v->held = NULL;
+      if (view_take_desc(v, d, flags, dbp_desc_export) < 0) {
         Py_DECREF(v);
         return NULL;
       }
@@ -164,7 +175,7 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     if (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
         PyErr_GivenExceptionMatches(t, PyExc_BufferError))
       d = dbp_interop_import(obj, &notes);
-    if (d != NULL && view_take_desc(v, d, flags) == 0) {
+    if (d != NULL && view_take_desc(v, d, flags, dbp_desc_export) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);
