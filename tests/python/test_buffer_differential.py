@@ -31,6 +31,7 @@ tb = pytest.importorskip("_testbuffer", reason="this Python ships no _testbuffer
 # ---- what test_buffer.py requests (the table lives in the conformance kit) ----------
 # (15 requests x {0, WRITABLE, FORMAT, WRITABLE|FORMAT}: 28 distinct flag sets)
 from devbuf.check._capi import ALL_REQUESTS  # noqa: E402
+from devbuf.check._dlpack import to_py_object  # noqa: E402
 
 # ---- sources, as test_buffer.py builds them --------------------------------------
 ITEMS_FMT = (
@@ -222,14 +223,14 @@ def test_foreign_array_answers_as_memoryview(counts):
         if ex.format == "i?":
             continue  # DLPack has no record dtypes
         a = np.asarray(ex)
-        f = devbuf.from_dlpack(a).obj
+        f = to_py_object(devbuf.ForeignArray, a)
         compare(counts, "ForeignArray", f"ForeignArray of {name}", f, memoryview(ex),
                 holds=span_of(ex))
         done += 1
     # read-only: NumPy exports a read-only array with the DLPack 1.x flag
     a = np.arange(12.0).reshape(3, 4)
     a.flags.writeable = False
-    f = devbuf.from_dlpack(a).obj
+    f = to_py_object(devbuf.ForeignArray, a)
     compare(counts, "ForeignArray", "ForeignArray of a read-only array", f, memoryview(a),
             holds=a.nbytes)
     assert done > 100
@@ -252,7 +253,7 @@ def test_no_request_bits_describe_more_than_held(counts):
         if not name.endswith("[::-2]"):
             b = devbuf.from_host(ex, readonly=ro)
             exporters.append(("DeviceBuffer", b, c_copy(ex, not ro), b.nbytes))
-            exporters.append(("ForeignArray", devbuf.from_dlpack(np.asarray(ex)).obj,
+            exporters.append(("ForeignArray", to_py_object(devbuf.ForeignArray, np.asarray(ex)),
                               memoryview(ex), span_of(ex)))
         for key, obj, ref, holds in exporters:
             for req in every:

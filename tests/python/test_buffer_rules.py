@@ -4,18 +4,19 @@ import numpy as np
 import pytest
 
 import devbuf
+from devbuf.check._dlpack import to_py_object
 
 tb = pytest.importorskip("_testbuffer", reason="this Python ships no _testbuffer")
 
 
 def exporters(arr):
     """Every devbuf exporter of a host copy of `arr`: DeviceBuffer, DeviceView
-    and the DLPack-import ForeignArray."""
+    and the ForeignArray of ForeignArray's DLPack exchange table."""
     b = devbuf.from_host(arr)
     return {
         "DeviceBuffer": b,
         "DeviceView": devbuf.view(b),
-        "ForeignArray": devbuf.from_dlpack(np.ascontiguousarray(arr)).obj,
+        "ForeignArray": to_py_object(devbuf.ForeignArray, np.ascontiguousarray(arr)),
     }
 
 
@@ -41,7 +42,7 @@ def test_simple_with_format_is_refused_on_device_exports(sim):
     # The same rule behind PyBUF_DEVICE, on memory the host cannot read.
     consumer = pytest.importorskip("devbuf_consumer", reason="test extension not built")
     b = devbuf.from_host(np.zeros(1 << 10), device=sim)
-    for obj in (b, devbuf.view(b), devbuf.from_dlpack(b).obj):
+    for obj in (b, devbuf.view(b), to_py_object(devbuf.ForeignArray, b)):
         for extra in (0, tb.PyBUF_WRITABLE):
             with pytest.raises(BufferError, match="PyBUF_FORMAT"):
                 consumer.inspect(obj, tb.PyBUF_FORMAT | extra | devbuf.PyBUF_DEVICE)

@@ -386,7 +386,7 @@ def test_cupy_cai_on_non_default_stream(cupy, record_property):
         keep = x
 
     v = devbuf.view(CAIOnly())
-    assert v.obj.kind == "cuda_array_interface"
+    assert v.imported.kind == "cuda_array_interface"
     assert v.sync is not None and v.sync.stream == cai["stream"]
     h = host(v)
     assert (h == 3).all(), f"devbuf read before CuPy's stream finished ({(h != 3).sum()} stale)"
@@ -425,8 +425,8 @@ def test_jax_both_ways(jax, gpu, record_property):
     x = jax.device_put(jnp.arange(12, dtype=jnp.float32).reshape(3, 4), jax.devices("gpu")[0])
     v = devbuf.from_dlpack(x)
     assert v.identifier == "devbuf.cuda" and v.shape == (3, 4)
-    record_property("jax_capsule", f"{v.obj.kind}, read-only {v.readonly}")
-    if v.obj.kind == "dlpack_legacy":  # no read-only flag: devbuf assumes read-only
+    record_property("jax_capsule", f"{v.imported.kind}, read-only {v.readonly}")
+    if v.imported.kind == "dlpack_legacy":  # no read-only flag: devbuf assumes read-only
         assert v.readonly
     np.testing.assert_array_equal(host(v), np.asarray(x))
     b = devbuf.from_host(np.arange(6, dtype=np.int32), device=gpu)

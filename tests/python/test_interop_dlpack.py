@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import devbuf
-from dlpack_ctypes import Producer, capsule_name, live_tensors
+from dlpack_ctypes import Producer, capsule_name, live_tensors, to_py_object
 
 KDLCPU, KDLCUDA, KDLVULKAN, KDLEXTDEV = 1, 2, 7, 12
 
@@ -87,7 +87,7 @@ def test_numpy_from_sim_buffer_needs_a_copy(sim):
         s.__dlpack__(max_version=(1, 3), dl_device=(KDLCPU, 0), copy=False)
     cap = s.__dlpack__(max_version=(1, 3), dl_device=(KDLCPU, 0))
     v = devbuf.from_dlpack(_Capsuled(cap, (KDLCPU, 0)))
-    assert v.obj.is_copied and np.array_equal(np.asarray(v), a)
+    assert v.imported.is_copied and np.array_equal(np.asarray(v), a)
 
 
 class _Capsuled:
@@ -118,7 +118,7 @@ def test_readonly_both_ways():
     a = np.arange(4, dtype=np.float32)
     a.flags.writeable = False
     v = devbuf.from_dlpack(a)
-    assert v.readonly and v.obj.readonly
+    assert v.readonly and v.obj is a
     with pytest.raises(BufferError):
         devbuf.view(v, writable=True)
     b = devbuf.from_host(np.arange(4, dtype=np.float32), readonly=True)
@@ -170,7 +170,7 @@ def test_sim_round_trip_through_dlpack(sim):
     a = np.arange(10, dtype=np.int16)
     s = devbuf.from_host(a, device=sim)
     v = devbuf.from_dlpack(s)
-    assert v.is_device and v.identifier == "devbuf.sim" and v.obj.dl_device == (KDLEXTDEV, 0)
+    assert v.is_device and v.identifier == "devbuf.sim" and v.imported.dl_device == (KDLEXTDEV, 0)
     assert np.array_equal(np.asarray(v.to_host()), a)
     with pytest.raises(BufferError, match="cannot read"):
         memoryview(v)
@@ -230,9 +230,9 @@ def test_exchange_table_attribute():
 def test_exchange_table_import():
     b = devbuf.from_host(np.arange(6, dtype=np.float32))
     v = devbuf.from_dlpack(b)  # through the table: no capsule
-    assert v.obj.kind == "dlpack" and v.obj.obj is b
+    assert v.imported.kind == "dlpack" and v.obj is b
     assert b.exports == 1
-    f = devbuf.from_dlpack(np.arange(6.0)).obj
+    f = to_py_object(devbuf.ForeignArray, np.arange(6.0))  # the table's own object
     assert devbuf._devbuf._exchange_import_bench(f, 100) > 0      # borrowed DLTensor
     assert devbuf._devbuf._exchange_import_bench(b, 100) > 0      # owning tensor + deleter
     assert b.exports == 1
@@ -246,7 +246,7 @@ def test_legacy_only_producer():
     a = np.arange(6, dtype=np.uint32).reshape(2, 3)
     p = Producer(a, legacy_only=True)
     v = devbuf.from_dlpack(p)
-    assert v.obj.kind == "dlpack_legacy" and np.array_equal(np.asarray(v), a)
+    assert v.imported.kind == "dlpack_legacy" and v.obj is p and np.array_equal(np.asarray(v), a)
     assert p.calls[-1]["max_version"] is None  # asked again without the 2023 keywords
     assert p.deleted == 0
     v.release()
@@ -261,7 +261,7 @@ def test_versioned_producer_deleter_exactly_once():
     a = np.arange(4, dtype=np.float64)
     p = Producer(a, flags=1)  # read-only
     v = devbuf.from_dlpack(p)
-    assert v.readonly and v.obj.dlpack_version == (1, 3)
+    assert v.readonly and v.imported.dlpack_version == (1, 3)
     del v
     gc.collect()
     assert p.deleted == 1 and p.made == 1
@@ -342,7 +342,7 @@ def test_array_interface_import():
     a = np.arange(12, dtype=np.uint16).reshape(3, 4)[:, 1:]
     p = _ArrayInterface(a)
     v = devbuf.view(p)
-    assert v.obj.kind == "array_interface" and v.obj.obj is p
+    assert v.imported.kind == "array_interface" and v.obj is p
     assert v.shape == a.shape and v.strides == a.strides
     assert np.array_equal(np.asarray(v), a)
     with pytest.raises(BufferError, match="byte order"):
@@ -385,7 +385,7 @@ def test_cai_import_describes_without_touching():
     v = devbuf.view(p)
     assert v.is_device and v.identifier == "devbuf.cuda"
     assert v.ptr == 0x10000 and v.shape == (4, 2) and v.strides == (16, 4)
-    assert v.obj.kind == "cuda_array_interface" and v.obj.obj is p
+    assert v.imported.kind == "cuda_array_interface" and v.obj is p
     # The host may not read CUDA memory: BufferError, or without a GPU the
     # plugin's reason (libcuda.so.1 missing) as soon as the device is needed.
     with pytest.raises((BufferError, devbuf.Error)):

@@ -65,7 +65,7 @@ def test_jax_view():
     v = devbuf.view(x)  # CPU JAX arrays export the plain buffer protocol
     assert np.array_equal(np.asarray(v), np.arange(5))
     w = devbuf.from_dlpack(x)  # and DLPack (JAX 0.10 answers with a legacy capsule)
-    assert w.obj.kind.startswith("dlpack") and w.obj.obj is x
+    assert w.imported.kind.startswith("dlpack") and w.obj is x
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])

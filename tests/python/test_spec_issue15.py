@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import devbuf
-from dlpack_ctypes import capsule_name
+from dlpack_ctypes import capsule_name, to_py_object
 
 KDLCPU, KDLCUDA, KDLOPENCL, KDLEXTDEV = 1, 2, 4, 12
 
@@ -79,10 +79,12 @@ def test_legacy_import_is_read_only_by_default():
     from dlpack_ctypes import Producer
     a = np.arange(4, dtype=np.int32)
     v = devbuf.from_dlpack(Producer(a, legacy_only=True))
-    assert v.obj.kind == "dlpack_legacy"
-    assert v.readonly and v.obj.readonly
+    assert v.imported.kind == "dlpack_legacy"
+    assert v.readonly
     with pytest.raises(BufferError, match="read-only"):
-        _writable(v.obj)
+        _writable(v)
+    with pytest.raises(BufferError, match="marked it read-only"):
+        devbuf.view(Producer(a, legacy_only=True), writable=True)
     # Re-exported read-only too: NumPy cannot write through it.
     x = np.from_dlpack(v)
     assert not x.flags.writeable
@@ -123,7 +125,7 @@ PyBUF_FULL_RO = PyBUF_INDIRECT | PyBUF_FORMAT
 def _exporters():
     from dlpack_ctypes import Producer
     b = devbuf.from_host(np.arange(4, dtype=np.float32))
-    return [b, devbuf.view(b), devbuf.from_dlpack(Producer(np.arange(3.0))).obj]
+    return [b, devbuf.view(b), to_py_object(devbuf.ForeignArray, Producer(np.arange(3.0)))]
 
 
 def test_exporters_advertise_what_they_serve():
@@ -277,7 +279,7 @@ def _consumer():
 def test_dlpack_import_exporter_refuses_plain_requests_for_device_memory(sim, flags):
     consumer = _consumer()
     s = devbuf.from_host(np.arange(4.0), device=sim)
-    fa = devbuf.from_dlpack(s).obj
+    fa = to_py_object(devbuf.ForeignArray, s)
     assert isinstance(fa, devbuf.ForeignArray) and fa.dl_device == (KDLEXTDEV, 0)
     assert type(fa).__buffer_supported_flags__ & devbuf.PyBUF_DEVICE
     with pytest.raises(BufferError, match="PyBUF_DEVICE"):
@@ -293,7 +295,7 @@ def test_dlpack_import_exporter_refuses_plain_requests_for_device_memory(sim, fl
 def test_dlpack_import_exporter_of_host_memory_leaves_extended_fields_alone(flags):
     consumer = _consumer()
     from dlpack_ctypes import Producer
-    fa = devbuf.from_dlpack(Producer(np.arange(4.0))).obj
+    fa = to_py_object(devbuf.ForeignArray, Producer(np.arange(4.0)))
     assert consumer.canary(fa, flags) == []
 
 
@@ -308,7 +310,7 @@ def test_view_of_device_memory_refuses_plain_requests(sim, flags):
 def test_from_host_of_device_memory_is_a_buffer_error(sim):
     import gc
     s = devbuf.from_host(np.arange(4.0), device=sim)
-    for make in (lambda: s, lambda: devbuf.view(s), lambda: devbuf.from_dlpack(s).obj):
+    for make in (lambda: s, lambda: devbuf.view(s), lambda: to_py_object(devbuf.ForeignArray, s)):
         src = make()
         with pytest.raises(BufferError, match="host cannot read"):
             devbuf.from_host(src)
@@ -496,7 +498,7 @@ def test_cai_v3_producer_stream_reaches_device_info(devbuf_env, devbuf_build):
         sy = v.sync
         ok = np.array_equal(np.asarray(v.to_host()), np.arange(8.0))
         out, done = c.dlpack_on_own_stream(b, spec, b.event)
-        print(v.obj.kind, sy.stream == S, sy.event is not None, ok, done,
+        print(v.imported.kind, sy.stream == S, sy.event is not None, ok, done,
               np.array_equal(np.frombuffer(out), np.arange(8.0)))
         v.release()
         del v

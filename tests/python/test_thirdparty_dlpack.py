@@ -112,13 +112,13 @@ def test_a_capsule_is_consumed_once_and_renamed():
     assert capsule_name(cap) == "used_dltensor_versioned"
     with pytest.raises(BufferError, match="already consumed"):
         devbuf.from_dlpack(Once())
-    assert v.obj.dlpack_version[0] == 1
+    assert v.imported.dlpack_version[0] == 1
 
 
 def test_version_reported_is_at_most_the_consumers():
     b = devbuf.from_host(np.arange(3))
     v = devbuf.from_dlpack(b)
-    assert v.obj.kind == "dlpack" and v.obj.dlpack_version[0] == 1
+    assert v.imported.kind == "dlpack" and v.imported.dlpack_version[0] == 1
 
 
 # ---- dtypes ------------------------------------------------------------------------

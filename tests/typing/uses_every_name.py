@@ -43,7 +43,16 @@ def buffers() -> Tuple[int, str]:
     staged = pickle.loads(pickle.dumps(buf, protocol=5))
     assert isinstance(staged, devbuf.DeviceBuffer)
     foreign: devbuf.DeviceView = devbuf.from_dlpack(copied)
-    assert foreign.nbytes == 16
+    assert foreign.nbytes == 16 and foreign.obj is copied
+    how: Optional[devbuf.ImportInfo] = foreign.imported
+    if how is not None:
+        kind: str = how.kind
+        dl_device: Tuple[int, int] = how.dl_device
+        dl_dtype: Optional[Tuple[int, int, int]] = how.dl_dtype
+        version: Optional[Tuple[int, int]] = how.dlpack_version
+        copied_by_producer: bool = how.is_copied
+        assert kind == "dlpack" and dl_device[0] >= 1 and not copied_by_producer
+        assert dl_dtype is not None and version is not None
     foreign.release()
     arrow_types: Tuple[type, type, type, type] = (devbuf.ArrowArray, devbuf.ForeignArray,
                                                   devbuf.HostStaging, type(devbuf.from_arrow))

@@ -17,6 +17,7 @@ from ._devbuf import (
     Error,
     FormatError,
     ForeignArray,
+    ImportInfo,
     OutOfMemoryError,
     PluginError,
     Sync,
@@ -62,6 +63,7 @@ __all__ = [
     "Format",
     "FormatError",
     "ForeignArray",
+    "ImportInfo",
     "OutOfMemoryError",
     "PluginError",
     "PluginInfo",
@@ -100,7 +102,7 @@ from ._pickle import (  # noqa: E402
 __all__ += ["HostStaging", "MissingDeviceError", "get_unpickle_policy", "set_unpickle_policy",
             "unpickle_policy"]
 
-# The Arrow PyCapsule (device) interface, both ways (arrow.c, docs/arrow.md).
+# The Arrow PyCapsule (device) interface, both ways (arrow.c, arrow_import.c, docs/arrow.md).
 from ._devbuf import ArrowArray, from_arrow  # noqa: E402
 
 # Headers for C and Cython consumers (`cimport devbuf`, devbuf/__init__.pxd).

@@ -3,7 +3,8 @@
  * Host memory ("cpu", pinned) is a plain CPU buffer; device memory carries
  * the device's identifier and a device_info whose event is what a reader
  * must wait on (recorded on the producer's stream when the protocol names
- * one). The readers fill it; a DeviceView or a ForeignArray owns it. */
+ * one). The readers fill it; a DeviceView (or a ForeignArray, an ArrowArray)
+ * owns it. */
 #include "desc.h"
 #include "interop.h" /* dbp_buffer_error */
 
@@ -53,9 +54,19 @@ dbp_desc *dbp_desc_new(int kind, PyObject *source) {
   return d;
 }
 
+/* The owner's own release: the tensor's deleter, or the Arrow array's
+ * release callback. */
+static void desc_release_owner(int kind, void *m) {
+  if (kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
+  else if (kind == DBP_DESC_ARROW) dbp_arrow_owner_free(m);
+  else devbuf_dlpack_delete_legacy(m);
+}
+
 void dbp_desc_free(dbp_desc *d) {
   if (d == NULL) return;
-  if (d->event && d->has_dev) devbuf_event_destroy(&d->dev, d->event, NULL);
+  /* An Arrow event is the producer's: its array's release frees it. */
+  if (d->event && d->has_dev && d->kind != DBP_DESC_ARROW)
+    devbuf_event_destroy(&d->dev, d->event, NULL);
   void *m = d->managed;
   d->managed = NULL;
   /* The producer's deleter may run Python code (a decref): keep any
@@ -67,12 +78,10 @@ void dbp_desc_free(dbp_desc *d) {
     if (PyErr_Occurred()) {
       PyObject *t, *v, *tb;
       PyErr_Fetch(&t, &v, &tb);
-      if (d->kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
-      else devbuf_dlpack_delete_legacy(m);
+      desc_release_owner(d->kind, m);
       PyErr_Restore(t, v, tb);
     } else {
-      if (d->kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
-      else devbuf_dlpack_delete_legacy(m);
+      desc_release_owner(d->kind, m);
       if (PyErr_Occurred()) PyErr_Clear();
     }
   }
@@ -291,6 +300,10 @@ int dbp_desc_export(dbp_desc *f, Py_buffer *view, int flags) {
     }
   }
 #if DBP_CHECK_EXPORTS
+  if (f->kind == DBP_DESC_ARROW) { /* its format lives in its owner: dbp_arrow_desc_export */
+    PyErr_SetString(PyExc_SystemError, "dbp_desc_export of an Arrow description");
+    return -1;
+  }
   if (dbp_desc_check(d, "devbuf.ForeignArray export") < 0) return -1;
 #endif
   if (device_export && desc_prepare_device(f) < 0) return -1;
@@ -335,6 +348,56 @@ const char *dbp_desc_kind_name(int k) {
     case DBP_DESC_DLPACK_LEGACY: return "dlpack_legacy";
     case DBP_DESC_CAI: return "cuda_array_interface";
     case DBP_DESC_ARRAY_INTERFACE: return "array_interface";
+    case DBP_DESC_ARROW: return "arrow";
     default: return "?";
   }
+}
+
+/* ---- DeviceView.imported: what the reader received -------------------------------------- */
+
+static PyTypeObject *g_info_type;
+
+static PyStructSequence_Field info_fields[] = {
+    {"kind", "the route: 'dlpack', 'dlpack_legacy', 'cuda_array_interface', "
+             "'array_interface', 'arrow'"},
+    {"dl_device", "(device_type, device_id) as received (Arrow: its device type and id, "
+                  "which are DLPack's numbers); derived for the interfaces"},
+    {"dl_dtype", "(code, bits, lanes) of the DLPack dtype as received, or derived for the "
+                 "interfaces (a datetime64's int64 storage); None for Arrow"},
+    {"dlpack_version", "(major, minor) of a versioned DLPack tensor, else None"},
+    {"is_copied", "True if the producer made a copy for devbuf (DLPack's IS_COPIED flag)"},
+    {NULL},
+};
+static PyStructSequence_Desc info_desc = {
+    "devbuf.ImportInfo", "How a DeviceView's memory was imported (DeviceView.imported).",
+    info_fields, 5};
+
+PyObject *dbp_desc_import_info(const dbp_desc *f) {
+  const devbuf_dlpack_desc *d = &f->desc;
+  PyObject *s = PyStructSequence_New(g_info_type);
+  if (s == NULL) return NULL;
+  PyObject *v[5];
+  v[0] = PyUnicode_FromString(dbp_desc_kind_name(f->kind));
+  v[1] = Py_BuildValue("(ii)", (int)d->dl_device_type, (int)d->dl_device_id);
+  v[2] = f->kind == DBP_DESC_ARROW
+             ? Py_NewRef(Py_None)
+             : Py_BuildValue("(iii)", (int)d->dtype.code, (int)d->dtype.bits, (int)d->dtype.lanes);
+  v[3] = f->kind == DBP_DESC_DLPACK ? Py_BuildValue("(II)", d->version.major, d->version.minor)
+                                    : Py_NewRef(Py_None);
+  v[4] = PyBool_FromLong((d->flags & DEVBUF_DLPACK_IS_COPIED) != 0);
+  for (int i = 0; i < 5; i++) {
+    if (v[i] == NULL) {
+      for (int j = 0; j < 5; j++) Py_XDECREF(v[j]);
+      Py_DECREF(s);
+      return NULL;
+    }
+  }
+  for (int i = 0; i < 5; i++) PyStructSequence_SET_ITEM(s, i, v[i]);
+  return s;
+}
+
+int dbp_desc_init(PyObject *module) {
+  g_info_type = PyStructSequence_NewType(&info_desc);
+  if (g_info_type == NULL) return -1;
+  return PyModule_AddObjectRef(module, "ImportInfo", (PyObject *)g_info_type);
 }

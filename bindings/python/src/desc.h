@@ -1,31 +1,37 @@
 /* desc.h: the one description every import route fills. Not installed.
  *
  * A reader (dlpack_import.c for DLPack and its C exchange table,
- * interface_import.c for the CUDA Array Interface and the array interface)
- * validates what its producer handed over and fills a dbp_desc: device,
- * pointer, shape, strides, format, read-only, the sync a reader honours, and
- * the owner plus how to release it. A DeviceView (view.c) owns the
- * description directly and releases it exactly once; nothing is re-exported
- * in between. devbuf.ForeignArray (foreign.c) is the same description behind
- * a public Python type, made only when Python code asks for it
- * (DeviceView.obj, the exchange table's to_py_object). See
+ * interface_import.c for the CUDA Array Interface and the array interface,
+ * arrow_import.c for the Arrow PyCapsule interface) validates what its
+ * producer handed over and fills a dbp_desc: device, pointer, shape,
+ * strides, format, read-only, the sync a reader honours, and the owner plus
+ * how to release it. A DeviceView (view.c) owns the description directly,
+ * holds the producer (`source`, its .obj) and releases the owner exactly
+ * once; nothing is made or re-exported in between. Two public types hold a
+ * description too, outside the import path: devbuf.ForeignArray (foreign.c),
+ * what ForeignArray's DLPack exchange table's to_py_object makes, and
+ * devbuf.ArrowArray (arrow_import.c), what devbuf.from_arrow() returns. See
  * docs/consumers.md.
  *
  * The description is not an object: its mutable fields (event, the lazily
  * opened device and device_info) are guarded by its one owner's critical
- * section (the view's or the ForeignArray's, dbp_lock.h). */
+ * section (the view's, the ForeignArray's or the ArrowArray's, dbp_lock.h). */
 #ifndef DBP_DESC_H
 #define DBP_DESC_H
 
 #include "dbp.h"
 #include "devbuf/dlpack.h"
 
-/* How the owner is released, and the route's name (ForeignArray.kind). */
+/* How the owner is released, and the route's name (DeviceView.imported.kind,
+ * ForeignArray.kind). */
 enum dbp_desc_kind {
-  DBP_DESC_DLPACK = 1,         /* a versioned managed tensor: its deleter */
-  DBP_DESC_DLPACK_LEGACY = 2,  /* a legacy managed tensor: its deleter */
-  DBP_DESC_CAI = 3,            /* __cuda_array_interface__: the producer's reference */
-  DBP_DESC_ARRAY_INTERFACE = 4 /* __array_interface__: the producer's reference */
+  DBP_DESC_DLPACK = 1,          /* a versioned managed tensor: its deleter */
+  DBP_DESC_DLPACK_LEGACY = 2,   /* a legacy managed tensor: its deleter */
+  DBP_DESC_CAI = 3,             /* __cuda_array_interface__: the producer's reference */
+  DBP_DESC_ARRAY_INTERFACE = 4, /* __array_interface__: the producer's reference */
+  DBP_DESC_ARROW = 5            /* the moved Arrow (device) array: its release callback
+                                 * (`managed` is a dbp_arrow_owner, arrow_import.c); `event`
+                                 * is the producer's sync_event, never destroyed here */
 };
 
 typedef struct dbp_desc {
@@ -35,7 +41,8 @@ typedef struct dbp_desc {
   int has_dev;              /* `dev` opened */
   int format_only;          /* desc.format has no DLPack dtype (datetime64): `tensor.dtype`
                              * is only its storage, never exported as the type */
-  void *managed;            /* owner: DLManagedTensorVersioned* / DLManagedTensor*, or NULL */
+  void *managed;            /* owner: DLManagedTensorVersioned* / DLManagedTensor* /
+                             * dbp_arrow_owner*, or NULL */
   PyObject *source;         /* owner: the producer (kept alive), or NULL */
   void *event;              /* sync: owned event on `dev` that readers wait on, or NULL */
   void *stream;             /* sync: the producer's stream `event` was recorded on */
@@ -88,10 +95,17 @@ int dbp_desc_after_stream_import(dbp_desc *d);
 /* Fill `view` (a DevbufPy_buffer_ext's Py_buffer) from d for `flags`, with
  * every check an exporter owes (the messages name devbuf.ForeignArray, as
  * they always did); view->obj is left NULL for the caller. 0, or -1 with
- * BufferError. */
+ * BufferError. Not for an Arrow description: dbp_arrow_desc_export (no
+ * dispatch on the kind here, the DLPack hot path's cost; checked in debug
+ * builds). */
 int dbp_desc_export(dbp_desc *d, Py_buffer *view, int flags);
-/* "dlpack", "dlpack_legacy", "cuda_array_interface", "array_interface". */
+/* "dlpack", "dlpack_legacy", "cuda_array_interface", "array_interface",
+ * "arrow". */
 const char *dbp_desc_kind_name(int kind);
+/* DeviceView.imported: devbuf.ImportInfo(kind, dl_device, dl_dtype,
+ * dlpack_version, is_copied) of d. New reference, NULL with an exception. */
+PyObject *dbp_desc_import_info(const dbp_desc *d);
+int dbp_desc_init(PyObject *module);
 
 /* ---- foreign.c: devbuf.ForeignArray, the description as a public type ---- */
 typedef struct DbpForeign {
@@ -118,5 +132,16 @@ DbpView *dbp_view_from_desc(dbp_desc *d, int flags);
 /* interface_import.c: obj's __cuda_array_interface__ (cuda) or
  * __array_interface__ dict `dict`, described. NULL with an exception. */
 dbp_desc *dbp_interface_import(PyObject *obj, PyObject *dict, int cuda);
+/* arrow_import.c: obj's __arrow_c_device_array__ (else __arrow_c_array__)
+ * array, moved into the description. NULL with an exception; NULL WITHOUT
+ * one when obj has neither method and `need` is 0 (`need`: TypeError then,
+ * as devbuf.from_arrow() says it). */
+dbp_desc *dbp_arrow_import(PyObject *obj, int need);
+/* The export of an Arrow description (an immutable, 1-d, contiguous array),
+ * with devbuf.ArrowArray's checks and messages. As dbp_desc_export. */
+int dbp_arrow_desc_export(dbp_desc *d, Py_buffer *view, int flags);
+/* Release the moved Arrow array (its callback, once) and what the reader
+ * kept beside it. */
+void dbp_arrow_owner_free(void *owner);
 
 #endif /* DBP_DESC_H */

@@ -1,13 +1,15 @@
 /* foreign.c: devbuf.ForeignArray, an import's description (desc.h) behind a
  * public Python type.
  *
- * No import route makes one any more: a DeviceView owns the description
- * itself. A ForeignArray is made only where Python code asks for an object
- * that holds the memory on its own: DeviceView.obj of an imported view
- * (which hands its description over), and the DLPack exchange table's
- * managed_tensor_to_py_object_no_sync. It re-exports the description through
- * the extended buffer protocol, so a third-party consumer built on
- * devbuf_buffer.h accepts it like any other exporter. */
+ * No import route makes one: a DeviceView owns the description itself, and
+ * its .obj is the producer. The one public API that makes a ForeignArray is
+ * ForeignArray's own DLPack exchange table: its
+ * managed_tensor_to_py_object_no_sync wraps a C caller's tensor in one, and
+ * its dltensor_from_py_object_no_sync lends the DLTensor kept in it (the
+ * borrowed-tensor fast path a DeviceView's table cannot offer). It
+ * re-exports the description through the extended buffer protocol, so a
+ * third-party consumer built on devbuf_buffer.h accepts it like any other
+ * exporter. */
 #include "desc.h"
 #include "interop.h"
 
@@ -143,9 +145,10 @@ PyTypeObject DbpForeign_Type = {
     .tp_repr = (reprfunc)foreign_repr,
     .tp_as_buffer = &foreign_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Memory another library handed to devbuf (DLPack, CUDA Array Interface, array "
-              "interface), validated and re-exported through the extended buffer protocol. "
-              "DeviceView.obj of a view that devbuf.from_dlpack() or devbuf.view() imported.",
+    .tp_doc = "A DLPack tensor a C caller handed to devbuf, validated and re-exported through "
+              "the extended buffer protocol: what the managed_tensor_to_py_object_no_sync of "
+              "ForeignArray.__dlpack_c_exchange_api__ returns (devbuf's imports give a "
+              "DeviceView, whose .obj is the producer).",
     .tp_weaklistoffset = offsetof(DbpForeign, weakreflist),
     .tp_getset = foreign_getset,
 };

@@ -4,10 +4,12 @@
  * PyBUF_DEVICE through DevbufPy_GetBufferEx) and holds it: the producer stays
  * alive through view.obj, and the export is released exactly once (release(),
  * __exit__, or deallocation, whichever comes first). A producer without the
- * buffer protocol (DLPack, CUDA Array Interface, array interface) is read
- * into the one import description (desc.h), which the view owns itself
- * (`held`) and releases exactly once the same way; its fields fill `buf` as
- * an export would. See docs/consumers.md, "The one import path".
+ * buffer protocol (the DLPack exchange table, Arrow, DLPack, CUDA Array
+ * Interface, array interface) is read into the one import description
+ * (desc.h), which the view owns itself (`held`) and releases exactly once the
+ * same way; its fields fill `buf` as an export would, and view.obj is the
+ * producer the description holds. See docs/consumers.md, "The one import
+ * path".
  *
  * Construction is the hot path (a consumer makes one per call), so it does
  * only the buffer request: the identifier's device_info is imported (checked
@@ -16,11 +18,12 @@
  * first use of .dtype.
  *
  * A DeviceView re-exports what it holds (as memoryview does), extended
- * fields included when the request has PyBUF_DEVICE; it cannot be released
- * while re-exported (BufferError), nor while a GIL-free operation runs on it. */
+ * fields included when the request has PyBUF_DEVICE; each re-export holds the
+ * view, so the memory outlives any release rule of the consumer's, and the
+ * view cannot be released while re-exported (BufferError), nor while a
+ * GIL-free operation runs on it. */
 #include "dbp.h"
-#include "arrow.h"   /* dbp_arrow_exporter */
-#include "desc.h"    /* dbp_desc, DbpForeign */
+#include "desc.h"    /* dbp_desc, the readers */
 #include "interop.h" /* dbp_interop_import */
 
 #include <string.h>
@@ -82,13 +85,17 @@ static DbpView *view_finish(DbpView *v) {
 }
 
 /* Take `d` (freed on failure): the view's Py_buffer points into it, with
- * every check of an export of it; nothing is exported in between. */
-static int view_take_desc(DbpView *v, dbp_desc *d, int flags) {
+ * every check of an export of it (`export`: dbp_desc_export, or
+ * dbp_arrow_desc_export for an Arrow description; a constant at each call
+ * site, so the hot DLPack path calls its export directly, with no dispatch
+ * on the kind); nothing is exported in between. */
+static inline int view_take_desc(DbpView *v, dbp_desc *d, int flags,
+                                 int (*export)(dbp_desc *, Py_buffer *, int)) {
   v->buf.flags = 0;
   v->buf.ext_flags = 0;
   v->buf.device = NULL;
   v->buf.device_info = NULL;
-  if (dbp_desc_export(d, &v->buf.view, VIEW_FLAGS | flags) < 0) {
+  if (export(d, &v->buf.view, VIEW_FLAGS | flags) < 0) {
     v->buf.device = NULL;
     v->buf.device_info = NULL;
     dbp_desc_free(d);
@@ -104,7 +111,7 @@ DbpView *dbp_view_from_desc(dbp_desc *d, int flags) {
     dbp_desc_free(d);
     return NULL;
   }
-  if (view_take_desc(v, d, flags) < 0) {
+  if (view_take_desc(v, d, flags, dbp_desc_export) < 0) {
     Py_DECREF(v);
     return NULL;
   }
@@ -116,32 +123,47 @@ DbpView *dbp_view_from_desc(dbp_desc *d, int flags) {
 DbpView *dbp_view_new(PyObject *obj, int flags) {
   DbpView *v = view_alloc();
   if (v == NULL) return NULL;
-  /* Not a buffer exporter: DLPack, CUDA Array Interface or array interface
-   * producers are read into a description the view owns (desc.h); Arrow
-   * producers get a devbuf.ArrowArray, which is an exporter (arrow.c). */
-  PyObject *foreign = NULL, *producer = obj;
+  /* Not a buffer exporter: the producer's protocol is read into a
+   * description the view owns (desc.h), whatever the protocol. */
   if (!PyObject_CheckBuffer(obj)) {
+    dbp_desc *d = NULL;
     /* Arrow before __dlpack__: its capsule carries the producer's
      * sync_event and the custom-dtype extension, which DLPack of the same
      * object would drop. A type with the DLPack exchange table keeps its
-     * fast path (a cached per-type lookup) without the Arrow lookups. */
-    if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred())
-      foreign = dbp_arrow_exporter(obj);
-    if (foreign == NULL && !PyErr_Occurred()) {
-      dbp_desc *d = dbp_interop_import(obj, NULL);
+     * fast path (a cached per-type lookup) without the Arrow lookups.
+     * Arrow's refusals are raised as they are (not one route among
+     * several): an Arrow producer asked for its Arrow array. */
+    if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred()) {
+      d = dbp_arrow_import(obj, 0);
       if (d != NULL) {
-        if (view_take_desc(v, d, flags) < 0) {
+        if (view_take_desc(v, d, flags, dbp_arrow_desc_export) < 0) {
+          Py_DECREF(v);
+          return NULL;
+        }
+        /* Arrow's description was not made by dbp_desc_describe: the
+         * producer's answer gets the check a buffer export gets. */
+        if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
+                                  DBP_LAYOUT_BUFFER_ERROR) < 0) {
+          dbp_desc_free(v->held);
+          v->held = NULL;
           Py_DECREF(v);
           return NULL;
         }
         return view_finish(v);
       }
     }
-    if (foreign == NULL && PyErr_Occurred()) {
+    if (d == NULL && !PyErr_Occurred()) d = dbp_interop_import(obj, NULL);
+    if (d != NULL) {
+      if (view_take_desc(v, d, flags, dbp_desc_export) < 0) {
+        Py_DECREF(v);
+        return NULL;
+      }
+      return view_finish(v);
+    }
+    if (PyErr_Occurred()) {
       Py_DECREF(v);
       return NULL;
     }
-    if (foreign != NULL) obj = foreign;
   }
   if (DevbufPy_GetBufferEx(obj, &v->buf, VIEW_FLAGS | flags) < 0) {
     /* An exporter that cannot describe its data in a format string (NumPy
@@ -150,10 +172,10 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     PyObject *t, *e, *tb, *notes = NULL;
     dbp_desc *d = NULL;
     PyErr_Fetch(&t, &e, &tb);
-    if (foreign == NULL && (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
-                            PyErr_GivenExceptionMatches(t, PyExc_BufferError)))
+    if (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
+        PyErr_GivenExceptionMatches(t, PyExc_BufferError))
       d = dbp_interop_import(obj, &notes);
-    if (d != NULL && view_take_desc(v, d, flags) == 0) {
+    if (d != NULL && view_take_desc(v, d, flags, dbp_desc_export) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);
@@ -175,18 +197,16 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     } else {
       PyErr_Restore(t, e, tb);
     }
-    Py_XDECREF(foreign);
     Py_DECREF(v);
     return NULL;
   }
-  Py_XDECREF(foreign); /* the export holds it */
   /* A writable request answered read-only (a read-only pyarrow Tensor
    * does): whatever getbuffer returned, the producer said no. */
   if ((flags & PyBUF_WRITABLE) && v->buf.view.readonly) {
     PyErr_Format(PyExc_BufferError,
                  "devbuf.view(writable=True): %.100s answered the writable request with a "
                  "read-only buffer; ask for a read-only view, or make the producer writable",
-                 Py_TYPE(producer)->tp_name);
+                 Py_TYPE(obj)->tp_name);
     DevbufPy_BufferRelease(&v->buf);
     Py_DECREF(v);
     return NULL;
@@ -392,19 +412,16 @@ static PyBufferProcs view_as_buffer = {
 
 static PyObject *get_obj_locked(DbpView *v, void *c) {
   if (check_alive(v) < 0) return NULL;
-  if (v->held != NULL) {
-    /* An imported view: the description moves into a ForeignArray, the
-     * public object that holds it (kept as the documented .obj of such
-     * views), and the view becomes one export of it, as it was before
-     * views owned descriptions. Only here is a ForeignArray made: the
-     * buffer fields keep pointing into the same description. */
-    DbpForeign *f = dbp_foreign_wrap(v->held);
-    if (f == NULL) return NULL;
-    v->held = NULL;
-    f->exports++;
-    v->buf.view.obj = (PyObject *)f; /* the view's reference */
-  }
-  return Py_NewRef(v->buf.view.obj ? v->buf.view.obj : Py_None);
+  /* The producer: the exporter of the held buffer, or the object an import
+   * read (kept by its description; None when a C caller handed devbuf a
+   * tensor without one, the exchange table's to_py_object). */
+  PyObject *o = v->held != NULL ? v->held->source : v->buf.view.obj;
+  return Py_NewRef(o ? o : Py_None);
+}
+static PyObject *get_imported_locked(DbpView *v, void *c) {
+  if (check_alive(v) < 0) return NULL;
+  if (v->held == NULL) Py_RETURN_NONE; /* a buffer export: nothing was imported */
+  return dbp_desc_import_info(v->held);
 }
 static PyObject *get_released_locked(DbpView *v, void *c) { return PyBool_FromLong(v->released); }
 static PyObject *get_is_device_locked(DbpView *v, void *c) {
@@ -512,6 +529,7 @@ static PyObject *get_dtype_locked(DbpView *v, void *c) {
 
 /* Every getter, method and slot runs with the view locked (dbp.h: DBP_LOCKED_*). */
 DBP_LOCKED_GETTER(DbpView, get_obj)
+DBP_LOCKED_GETTER(DbpView, get_imported)
 DBP_LOCKED_GETTER(DbpView, get_released)
 DBP_LOCKED_GETTER(DbpView, get_is_device)
 DBP_LOCKED_GETTER(DbpView, get_identifier)
@@ -532,10 +550,12 @@ DBP_LOCKED_GETTER(DbpView, get_dtype)
 
 static PyGetSetDef view_getset[] = {
     {"obj", (getter)get_obj, NULL,
-     "what keeps the memory alive: the producer itself when it speaks the buffer protocol; "
-     "for DLPack, CUDA Array Interface and array interface producers a devbuf.ForeignArray "
-     "holding the view's description (made on first access), for Arrow producers the "
-     "devbuf.ArrowArray in between; their .obj is the producer", NULL},
+     "the producer, kept alive: the object devbuf.view() or devbuf.from_dlpack() was given, "
+     "whatever protocol it was read through (None for a tensor a C caller handed over "
+     "without an object)", NULL},
+    {"imported", (getter)get_imported, NULL,
+     "devbuf.ImportInfo(kind, dl_device, dl_dtype, dlpack_version, is_copied) of a view read "
+     "through DLPack, the interfaces or Arrow; None for a buffer-protocol view", NULL},
     {"released", (getter)get_released, NULL, "True once the export was released", NULL},
     {"is_device", (getter)get_is_device, NULL,
      "True if the producer exported device memory (PyBUF_DEVICE and an identifier)", NULL},
@@ -721,6 +741,7 @@ int dbp_view_init(PyObject *module) {
   if (DevbufPy_SetBufferSupportedFlags(&DbpView_Type, DEVBUFPY_BUF_CLASSIC_FLAGS | PyBUF_DEVICE) < 0)
     return -1;
   if (PyModule_AddObjectRef(module, "DeviceView", (PyObject *)&DbpView_Type) < 0) return -1;
+  if (dbp_desc_init(module) < 0) return -1; /* devbuf.ImportInfo */
   g_sync_type = PyStructSequence_NewType(&sync_desc);
   if (g_sync_type == NULL) return -1;
   return PyModule_AddObjectRef(module, "Sync", (PyObject *)g_sync_type);

@@ -100,6 +100,7 @@ class _Api:
     PyCapsule_New: Callable[[int, Array[ctypes.c_char], CFuncPtr], object]
     PyCapsule_IsValid: Callable[[object, Optional[bytes]], int]
     PyCapsule_SetName: Callable[[object, Array[ctypes.c_char]], int]
+    Py_DecRef: Callable[[c_void_p], None]
 
     @staticmethod
     def make(name: str, restype: Optional[Type[_CData]], *argtypes: Type[_CData]) -> CFuncPtr:

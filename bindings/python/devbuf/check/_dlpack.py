@@ -321,3 +321,58 @@ def consume(cap: object) -> CapsuleInfo:
     if info["has_deleter"]:
         info["managed"].deleter(info["address"])
     return info
+
+
+class ExchangeAPI(Structure):
+    """The DLPack 1.3 C exchange table (DLPackExchangeAPI): its header, then
+    its five function pointers, as addresses."""
+
+    major: int
+    minor: int
+    prev_api: Optional[int]
+    managed_tensor_allocator: Optional[int]
+    managed_tensor_from_py_object_no_sync: Optional[int]
+    managed_tensor_to_py_object_no_sync: Optional[int]
+    dltensor_from_py_object_no_sync: Optional[int]
+    current_work_stream: Optional[int]
+    _fields_ = [("major", c_uint32), ("minor", c_uint32), ("prev_api", c_void_p),
+                ("managed_tensor_allocator", c_void_p),
+                ("managed_tensor_from_py_object_no_sync", c_void_p),
+                ("managed_tensor_to_py_object_no_sync", c_void_p),
+                ("dltensor_from_py_object_no_sync", c_void_p),
+                ("current_work_stream", c_void_p)]
+
+
+# int (*)(DLManagedTensorVersioned *tensor, void **out_py_object), called
+# holding the GIL; -1 with a Python exception set.
+_TO_PY_OBJECT = ctypes.PYFUNCTYPE(c_int, c_void_p, POINTER(c_void_p))
+_api.Py_DecRef = _Api.make("Py_DecRef", None, c_void_p)
+
+
+def exchange_api(t: type) -> ExchangeAPI:
+    """type t's DLPack C exchange table (its __dlpack_c_exchange_api__)."""
+    cap = getattr(t, "__dlpack_c_exchange_api__")
+    addr = _api.PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
+    if not addr:
+        raise ValueError(f"{t.__name__}.__dlpack_c_exchange_api__ holds a NULL pointer")
+    return ExchangeAPI.from_address(addr)
+
+
+def to_py_object(t: type, x: object) -> Any:
+    """What a C consumer of type t's exchange table gets from
+    managed_tensor_to_py_object_no_sync for x's DLPack tensor (x.__dlpack__
+    with max_version (1, 3), consumed here: ownership passes to the table).
+    For devbuf.ForeignArray this is the one public way a ForeignArray is
+    made (devbuf's imports give a DeviceView, whose .obj is the producer)."""
+    cap = getattr(x, "__dlpack__")(max_version=(1, 3))
+    info = read_capsule(cap)
+    if not info["versioned"]:
+        raise ValueError(f"{type(x).__name__}.__dlpack__ gave a legacy capsule")
+    if _api.PyCapsule_SetName(cap, NAMES[b"used_dltensor_versioned"]) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")
+    fn = _TO_PY_OBJECT(cast(int, exchange_api(t).managed_tensor_to_py_object_no_sync))
+    out = c_void_p()
+    fn(info["address"], ctypes.byref(out))  # raises the table's exception
+    obj: Any = ctypes.cast(out, py_object).value  # a second reference ...
+    _api.Py_DecRef(out)  # ... and the table's own one given back
+    return obj

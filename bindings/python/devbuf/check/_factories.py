@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._consumer import ConsumerFn, ResultReader
+from ._dlpack import to_py_object
 from ._producer import Factory, ObjectReader
 from ._spec import default_cases, import_foreign
 from ._spec import EXTENSION_DTYPES, PLAIN_DTYPES, RECORD_DTYPES, LAYOUTS, ArraySpec, as_buffer
@@ -372,7 +373,8 @@ def devbuf_target() -> Target:
     def foreign(spec: ArraySpec) -> Any:
         if spec.dtype in EXTENSION_DTYPES or spec.np_dtype.fields:
             return None
-        return devbuf.from_dlpack(spec.numpy()).obj
+        # The one public maker of a ForeignArray: its type's exchange table.
+        return to_py_object(devbuf.ForeignArray, spec.numpy())
 
     def sim(spec: ArraySpec) -> Any:
         if spec.layout != "C" or spec.dtype not in PLAIN_DTYPES:
@@ -399,7 +401,9 @@ def devbuf_target() -> Target:
             "obj = devbuf.from_host(a, readonly=a.flags.writeable is False)"),
             name="devbuf.DeviceBuffer"),
         "devbuf.DeviceView": _factory(view, src("obj = devbuf.view(a)"), name="devbuf.DeviceView"),
-        "devbuf.ForeignArray": _factory(foreign, src("obj = devbuf.from_dlpack(a).obj"),
+        "devbuf.ForeignArray": _factory(foreign, src(
+            "from devbuf.check._dlpack import to_py_object\n"
+            "obj = to_py_object(devbuf.ForeignArray, a)"),
                                         name="devbuf.ForeignArray"),
         "devbuf.DeviceBuffer on devbuf.sim": _factory(sim, src(
             "obj = devbuf.from_host(a, device='devbuf.sim')"), read=to_host,
