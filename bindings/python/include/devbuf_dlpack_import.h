@@ -425,7 +425,10 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
   const int64_t *es = t->strides;
   /* The layout check's own sums (Py_ssize_t is int64_t here), and the first
    * dimension where each of its per-dimension checks fails (-1: none). */
-  Py_ssize_t items = 1, rlo = 0, rhi, fs = 0, cs = -1, prev = -1;
+  Py_ssize_t items = 1, rlo = 0, rhi, need, prev = -1;
+  /* Contiguity's running products, unsigned: a tensor whose products would
+   * wrap is refused below anyway, and signed overflow would be undefined. */
+  uint64_t fs = 0, cs = 0;
   int32_t extent_bad = -1, items_bad = -1, reach_bad = -1, span_bad = -1, none = 0;
   if (dl_flags & ~(uint64_t)DEVBUFPY__DL_KNOWN_FLAGS) {
     char msg[160]; /* PyErr_Format has no %llx before 3.12 */
@@ -556,14 +559,14 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
       }
     }
     if (n != 1 && nitems > 1) {
-      if (prev >= 0 && cs != st * n) c = 0;
-      cs = st;
+      if (prev >= 0 && cs != (uint64_t)st * (uint64_t)n) c = 0;
+      cs = (uint64_t)st;
       prev = i;
-      if (st != (fs ? fs : (Py_ssize_t)itemsize)) fo = 0;
-      fs = (fs ? fs : (Py_ssize_t)itemsize) * n;
+      if ((uint64_t)st != (fs ? fs : itemsize)) fo = 0;
+      fs = (fs ? fs : itemsize) * (uint64_t)n;
     }
   }
-  if (prev >= 0 && cs != (Py_ssize_t)itemsize) c = 0;
+  if (prev >= 0 && cs != itemsize) c = 0;
   /* libdevbuf's checks, in its order. */
   if (extent_bad >= 0) {
     PyErr_Format(PyExc_BufferError,
@@ -634,7 +637,7 @@ static inline int DevbufPy_DLPackDescribe(const void *tensor, uint64_t dl_flags,
     return -1;
   }
   if (none) items = 0;
-  if (DEVBUFPY__MUL_OVF(items, (Py_ssize_t)itemsize, &fs)) {
+  if (DEVBUFPY__MUL_OVF(items, (Py_ssize_t)itemsize, &need)) {
     PyErr_SetString(PyExc_BufferError, "dlpack import: shape * itemsize overflows Py_ssize_t");
     return -1;
   }
