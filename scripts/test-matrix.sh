@@ -97,7 +97,8 @@ for v in "${versions[@]}"; do
   # Only what the Python tests load (libdevbuf and the plugins come with
   # the extension), not the C tests.
   quiet "$MATRIX/build-$v.log" cmake --build "$build" -j"$JOBS" --target devbuf_python \
-    devbuf_pyplugin devbuf_consumer devbuf_capi_consumer ||
+    devbuf_pyplugin devbuf_consumer devbuf_capi_consumer devbuf_dlpack_consumer \
+    devbuf_dlpack_consumer_cpp ||
     { result[$v]="FAIL (build)"; failed=1; continue; }
   pyver=$("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])')
   npver=$("$venv/bin/python" -c 'import numpy; print(numpy.__version__)')
