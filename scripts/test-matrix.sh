@@ -36,13 +36,15 @@ versions=("$@")
 
 # The fast subset: build and import (taste.py), a DeviceBuffer on devbuf.sim,
 # views, DLPack to and from NumPy, pickle, the header backport with its
-# supported-flags cache, and the subinterpreter sequences.
+# supported-flags cache, the header-only DLPack route (C and C++), and the
+# subinterpreter sequences.
 SUBSET=(
   tests/python/test_device_buffer.py
   tests/python/test_view.py
   tests/python/test_interop_dlpack.py
   tests/python/test_pickle.py
   tests/python/test_backport.py
+  tests/python/test_dlpack_header.py
   tests/python/test_subinterpreters.py
 )
 
@@ -95,7 +97,8 @@ for v in "${versions[@]}"; do
   # Only what the Python tests load (libdevbuf and the plugins come with
   # the extension), not the C tests.
   quiet "$MATRIX/build-$v.log" cmake --build "$build" -j"$JOBS" --target devbuf_python \
-    devbuf_pyplugin devbuf_consumer devbuf_capi_consumer ||
+    devbuf_pyplugin devbuf_consumer devbuf_capi_consumer devbuf_dlpack_consumer \
+    devbuf_dlpack_consumer_cpp ||
     { result[$v]="FAIL (build)"; failed=1; continue; }
   pyver=$("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])')
   npver=$("$venv/bin/python" -c 'import numpy; print(numpy.__version__)')

@@ -9,9 +9,13 @@
 #   benchmarks/interop/callgrind_import.sh [BUILD_DIR] [CASE...]
 #
 # Cases: devbuf.from_dlpack, np.from_dlpack, devbuf.view (a 32x32 float32
-# ndarray, as bench_dlpack.py); c.devbuf.dlpack_only, c.nanobind.dlpack_only,
-# c.devbuf.numpy, c.nanobind.numpy (benchmarks/nanobind's two extensions, as
-# bench_nanobind.py builds them; run bench_nanobind.py once first).
+# ndarray, as bench_dlpack.py); c.devbuf.dlpack_only, c.capi.dlpack_only,
+# c.nanobind.dlpack_only, c.devbuf.numpy, c.nanobind.numpy (benchmarks/nanobind's
+# two extensions, as bench_nanobind.py builds them; run bench_nanobind.py once
+# first). c.devbuf.* is the header-only route (devbuf_dlpack_import.h for a
+# DLPack-only producer), c.capi.* the C API capsule's Import_FromObject, and
+# c.floor.dlpack_only no consumer at all: __dlpack__(max_version=(1, 3)) and
+# the deleter, the floor under any consumer of that producer.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
@@ -37,7 +41,8 @@ if case.startswith("c."):
     from bench_nanobind import DLPackOnly
     import _devbuf_bench, _nb_bench
     _, lib, what = case.split(".")
-    f = (_devbuf_bench if lib == "devbuf" else _nb_bench).data_ptr
+    f = {"devbuf": _devbuf_bench.data_ptr, "capi": _devbuf_bench.data_ptr_capi,
+         "floor": _devbuf_bench.floor_dlpack, "nanobind": _nb_bench.data_ptr}[lib]
     x = DLPackOnly(np.arange(1024, dtype=np.float32)) if what == "dlpack_only" else a
 else:
     f = {"devbuf.from_dlpack": devbuf.from_dlpack, "np.from_dlpack": np.from_dlpack,

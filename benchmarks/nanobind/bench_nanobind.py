@@ -15,9 +15,20 @@ data, are built here and timed from Python in the same run, interleaved:
   devbuf    devbuf_ext.c: DevbufPy_GetBufferEx from the header-only backport
             (bindings/python/include/devbuf_buffer.h; -O2), which also reports
             the device, the sync to honour and the format; an object without
-            the buffer protocol goes through devbuf's C API capsule
-            (devbuf_capi.h: Import_FromObject, no view object; no link to
-            libdevbuf).
+            the buffer protocol goes through the header-only DLPack route
+            (devbuf_dlpack_import.h: no devbuf object, no link to libdevbuf).
+            data_ptr_capi takes devbuf's C API capsule instead
+            (devbuf_capi.h: Import_FromObject, the description devbuf.view()
+            holds, with the sync recorded), timed as a third case.
+
+What each passes to a DLPack-only producer's __dlpack__: nanobind 3.1
+(src/nb_ndarray.cpp, ndarray_import_impl, for nb::ndarray<> without a
+read-only constraint) max_version=(1, 1), found once through the type and
+called unbound, no stream and no __dlpack_device__ call; devbuf
+max_version=(1, 3), stream only off the CPU (after __dlpack_device__, which
+is asked once per producer type that has only answered kDLCPU). Both get a
+versioned capsule from NumPy; the producer below forwards **kw, so both pay
+the same for its own call.
 
 Producers: a NumPy array, and a DLPack-only one (a Python class whose
 __dlpack__/__dlpack_device__ forward to a NumPy array, as a framework
@@ -80,7 +91,8 @@ def build(out):
     pyinc = sysconfig.get_paths()["include"]
     h = hashlib.sha256()
     for f in (HERE / "nb_ext.cpp", HERE / "devbuf_ext.c", REPO / "bindings/python/include/devbuf_buffer.h",
-              REPO / "bindings/python/include/devbuf_capi.h"):
+              REPO / "bindings/python/include/devbuf_capi.h",
+              REPO / "bindings/python/include/devbuf_dlpack_import.h"):
         h.update(f.read_bytes())
     h.update(ver.encode())
     d = out / f"ext-{h.hexdigest()[:12]}"
@@ -155,17 +167,21 @@ def main():
     want = a.__array_interface__["data"][0]
     for m in (nbm, dbm):
         assert m.data_ptr(a) == want and m.data_ptr(p) == want, m
+    assert dbm.data_ptr_capi(p) == want
     cases = {
         "nanobind, NumPy array": py_case(nbm.data_ptr, a, number),
         "devbuf, NumPy array": py_case(dbm.data_ptr, a, number),
         "nanobind, DLPack-only producer": py_case(nbm.data_ptr, p, number // 4),
         "devbuf, DLPack-only producer": py_case(dbm.data_ptr, p, number // 4),
+        "devbuf C API, DLPack-only producer": py_case(dbm.data_ptr_capi, p, number // 4),
     }
     best = interleaved(cases, repeat)
     ratios = {
         "NumPy array: devbuf / nanobind": best["devbuf, NumPy array"] / best["nanobind, NumPy array"],
         "DLPack-only: devbuf / nanobind":
             best["devbuf, DLPack-only producer"] / best["nanobind, DLPack-only producer"],
+        "DLPack-only: devbuf C API / nanobind":
+            best["devbuf C API, DLPack-only producer"] / best["nanobind, DLPack-only producer"],
     }
     print(f"nanobind {ver} (`nb::ndarray<>`), median of {repeat} interleaved rounds, ns per call:")
     print()
@@ -181,15 +197,16 @@ def main():
     print()
     print("On a NumPy array devbuf's consumer is one `PyObject_GetBuffer` (the backport adds a "
           "cached supported-flags check); nanobind asks `__dlpack__` first. On a DLPack-only "
-          "producer devbuf's C consumer uses the C API's `Import_FromObject` (issue 33): the "
-          "one import description, no view object, filled by the same reader as "
-          "`devbuf.view()`, which also does what the DLPack Python specification asks of a "
-          "consumer and nanobind does not: the device query (`__dlpack_device__`, cached per "
-          "producer type that has only answered kDLCPU, each tensor's device checked), the "
-          "stream hand-off, a recorded sync, and devbuf's validation of the tensor "
-          "(`devbuf_dlpack_describe` and the layout check). What is left above nanobind is "
-          "that validation; the producer's own `__dlpack__` call is most of both "
-          "(benchmarks/interop/callgrind_import.sh: instructions per call).")
+          "producer devbuf's C consumer takes the header-only DLPack route "
+          "(devbuf_dlpack_import.h, issue 33): no devbuf object and no libdevbuf; it does what "
+          "the DLPack Python specification asks of a consumer and nanobind does not (the device "
+          "query, cached per producer type that has only answered kDLCPU with each tensor's "
+          "device checked; the stream hand-off; the capsule renamed) and devbuf's validation of "
+          "the tensor, with its messages. Both pass max_version and get a versioned capsule; "
+          "the producer's own `__dlpack__` call is most of both "
+          "(benchmarks/interop/callgrind_import.sh: instructions per call). The C API row is "
+          "`Import_FromObject`: the same reader as `devbuf.view()`, with devbuf's device "
+          "identifier, device_info and recorded sync.")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"ns": best, "ratios": ratios,
                                                        "nanobind": ver}, indent=2))

@@ -502,9 +502,18 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
                             DEVBUF_DLPACK_MINOR);
 
   uint32_t dflags = 0;
-  int rc = devbuf_dlpack_device_to_identifier(t->device, &out->identifier, &out->ordinal, &dflags,
-                                              err);
-  if (rc) return rc;
+  int rc;
+  if ((int32_t)t->device.device_type == kDLCPU && t->device.device_id >= 0) {
+    /* The common case, as devbuf_dlpack_device_to_identifier maps it,
+     * without the call. */
+    out->identifier = ID_CPU;
+    out->ordinal = 0;
+    dflags = DEVBUF_DLPACK_HOST_ACCESSIBLE;
+  } else {
+    rc = devbuf_dlpack_device_to_identifier(t->device, &out->identifier, &out->ordinal, &dflags,
+                                            err);
+    if (rc) return rc;
+  }
   out->dl_device_type = (int32_t)t->device.device_type;
   out->dl_device_id = t->device.device_id;
 
@@ -558,8 +567,9 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
   out->ndim = ndim;
 
   /* Shapes (elements) and strides (elements), with C-order strides filled
-   * in when absent. */
-  int64_t estrides[DEVBUF_DLPACK_MAX_NDIM];
+   * in when absent (the producer's own array is read in place otherwise). */
+  int64_t c_order[DEVBUF_DLPACK_MAX_NDIM];
+  const int64_t *estrides = t->strides;
   uint64_t nelem = 1;
   int empty = 0;
   for (int32_t i = 0; i < ndim; i++) {
@@ -574,15 +584,14 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
                               (int)i, (long long)n);
   }
   if (empty) nelem = 0;
-  if (t->strides != NULL) {
-    for (int32_t i = 0; i < ndim; i++) estrides[i] = t->strides[i];
-  } else {
+  if (estrides == NULL) {
     int64_t s = 1;
     for (int32_t i = ndim - 1; i >= 0; i--) {
-      estrides[i] = s;
+      c_order[i] = s;
       int64_t n = t->shape[i] > 0 ? t->shape[i] : 1;
       if (__builtin_mul_overflow(s, n, &s)) s = INT64_MAX; /* only reached if empty elsewhere */
     }
+    estrides = c_order;
   }
 
   /* Elements -> items and bytes. */

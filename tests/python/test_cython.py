@@ -53,7 +53,8 @@ def cy(tmp_path_factory):
 
 def test_headers_and_pxd_ship_with_the_package():
     inc = devbuf.get_include()
-    for h in ("devbuf_buffer.h", "devbuf_capi.h", os.path.join("devbuf", "runtime.h"),
+    for h in ("devbuf_buffer.h", "devbuf_capi.h", "devbuf_dlpack_import.h",
+              os.path.join("devbuf", "runtime.h"),
               os.path.join("devbuf", "format.h")):
         assert os.path.isfile(os.path.join(inc, h)), h
     assert os.path.isfile(os.path.join(os.path.dirname(devbuf.__file__), "__init__.pxd"))

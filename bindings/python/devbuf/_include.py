@@ -5,7 +5,7 @@ import os
 
 
 def get_include() -> str:
-    """The folder holding devbuf_buffer.h, devbuf_capi.h and devbuf/*.h.
+    """The folder holding devbuf_buffer.h, devbuf_dlpack_import.h, devbuf_capi.h and devbuf/*.h.
 
     For Cython: ``cimport devbuf`` needs this on the C include path (and the
     folder holding the devbuf package on Cython's, which sys.path gives)."""

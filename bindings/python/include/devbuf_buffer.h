@@ -25,6 +25,12 @@
  *  - Small helpers for producers (DevbufPy_BufferSetDevice) and consumers
  *    (DevbufPy_BufferIsDevice, DevbufPy_BufferRelease).
  *
+ * A producer without the buffer protocol that speaks DLPack (__dlpack__,
+ * __dlpack_device__) is read by devbuf_dlpack_import.h, beside this file and
+ * header-only too (DevbufPy_DLPackImport / DevbufPy_DLPackRelease): the same
+ * kind of description (device, pointer, shape, strides, format, read-only,
+ * the owner and a release that calls the deleter once), no devbuf object.
+ *
  * The rules, in one place
  *  Consumer: pass a DevbufPy_buffer_ext whenever PyBUF_DEVICE is in the
  *    request (always, if you go through DevbufPy_GetBufferEx), and read

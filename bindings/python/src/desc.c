@@ -23,7 +23,7 @@ enum { DESC_FREELIST = 4 };
 static dbp_desc *g_desc_free[DESC_FREELIST > 0 ? DESC_FREELIST : 1];
 static int g_desc_nfree;
 
-dbp_desc *dbp_desc_new(int kind, PyObject *source) {
+dbp_desc *dbp_desc_new_undescribed(int kind, PyObject *source) {
   dbp_desc *d;
   if (DESC_FREELIST > 0 && g_desc_nfree > 0) {
     d = g_desc_free[--g_desc_nfree];
@@ -34,15 +34,23 @@ dbp_desc *dbp_desc_new(int kind, PyObject *source) {
       return NULL;
     }
   }
-  /* Zero everything but the big arrays, which describe fills (a full
-   * memset of ~2.5 KiB is a third of an import's cost). `info` is zeroed
-   * where it is filled (dbp_desc_prepare_device), only for device exports:
-   * a host import never reads it. */
+  /* Zero everything but the big arrays and `desc`, which describe fills (a
+   * full memset of ~2.5 KiB is a third of an import's cost). `info` is
+   * zeroed where it is filled (dbp_desc_prepare_device), only for device
+   * exports: a host import never reads it. */
   memset(d, 0, offsetof(dbp_desc, el_shape));
-  memset(&d->desc, 0, offsetof(devbuf_dlpack_desc, shape));
   d->kind = kind;
   d->source = Py_XNewRef(source);
   d->desc.struct_size = sizeof d->desc;
+  return d;
+}
+
+dbp_desc *dbp_desc_new(int kind, PyObject *source) {
+  dbp_desc *d = dbp_desc_new_undescribed(kind, source);
+  if (d != NULL) {
+    memset(&d->desc, 0, offsetof(devbuf_dlpack_desc, shape));
+    d->desc.struct_size = sizeof d->desc;
+  }
   return d;
 }
 
@@ -157,7 +165,7 @@ dbp_desc *dbp_desc_from_versioned(DLManagedTensorVersioned *m, PyObject *produce
                  m->version.major, m->version.minor, DEVBUF_DLPACK_MAJOR);
     return NULL;
   }
-  dbp_desc *d = dbp_desc_new(DBP_DESC_DLPACK, producer);
+  dbp_desc *d = dbp_desc_new_undescribed(DBP_DESC_DLPACK, producer);
   if (d == NULL) return NULL;
   if (dbp_desc_describe(d, &m->dl_tensor, m->flags, m->version) < 0) {
     dbp_desc_free(d); /* managed is still NULL: the caller keeps m */

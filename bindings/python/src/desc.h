@@ -64,6 +64,10 @@ typedef struct dbp_desc {
 /* A description owned by nobody yet, for `kind`, holding a reference to
  * `source` (may be NULL). NULL with MemoryError. */
 dbp_desc *dbp_desc_new(int kind, PyObject *source);
+/* The same, with d->desc left unset but for struct_size: for a reader that
+ * calls dbp_desc_describe next, which fills every field of it (nothing
+ * reads it before, and a failed describe frees it unread). */
+dbp_desc *dbp_desc_new_undescribed(int kind, PyObject *source);
 /* Release the owner (the deleter, the producer's reference) and the event,
  * then the description: exactly once. Keeps any pending exception, and lets
  * none that the deleter raises escape. NULL is allowed. */

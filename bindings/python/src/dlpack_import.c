@@ -25,19 +25,42 @@ static PyObject *g_kwnames_ns[4];
 
 /* ---- the exchange table of a producer type ------------------------------------------ */
 
-const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
+static int method_call_is_direct(PyTypeObject *type, PyObject *descr);
+
+/* A producer type's exchange table, and (*dlpack, when asked) its
+ * __dlpack__ as the type's dict holds it, borrowed, with *direct = 1 when a
+ * method call obj.__dlpack__(...) calls exactly it (method_call_is_direct).
+ * NULL with an exception when the table attribute is malformed. */
+static const devbuf_dlpack_exchange_api *type_dlpack_of(PyTypeObject *type, PyObject **dlpack,
+                                                        int *direct) {
   /* Direct-mapped cache keyed by (type, version tag), as the flag cache of
    * devbuf_buffer.h: a type attribute change gives a new tag. Per thread
-   * where the GIL can be off, as that cache, so no entry is torn. */
+   * where the GIL can be off, as that cache, so no entry is torn. The
+   * borrowed __dlpack__ is kept only with the GIL: its type's dict holds it
+   * while the tag is unchanged (a change to the type or a base resets the
+   * tag), and without the GIL another thread may drop it meanwhile. */
   enum { NCACHE = 16 };
   static DEVBUFPY__SF_TLS struct {
     PyTypeObject *type;
     unsigned int tag;
     const devbuf_dlpack_exchange_api *api;
+    PyObject *dlpack;
+    int direct;
   } cache[NCACHE];
   size_t slot = ((size_t)(uintptr_t)type >> 4) & (NCACHE - 1);
   unsigned int tag = DevbufPy__CacheableTag(type);
-  if (cache[slot].type == type && tag != 0 && cache[slot].tag == tag) return cache[slot].api;
+  if (cache[slot].type == type && tag != 0 && cache[slot].tag == tag) {
+    if (dlpack != NULL) {
+#if defined(Py_GIL_DISABLED)
+      *dlpack = _PyType_Lookup(type, g_s_dlpack);
+      *direct = *dlpack != NULL && method_call_is_direct(type, *dlpack);
+#else
+      *dlpack = cache[slot].dlpack;
+      *direct = cache[slot].direct;
+#endif
+    }
+    return cache[slot].api;
+  }
   PyObject *attr = _PyType_Lookup(type, g_s_api_attr); /* borrowed, no exception */
   const devbuf_dlpack_exchange_api *api = NULL;
   if (attr != NULL) {
@@ -54,14 +77,26 @@ const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
     api = (const devbuf_dlpack_exchange_api *)h;
     if (api && (api->managed_tensor_from_py_object_no_sync == NULL)) api = NULL;
   }
-  /* The lookup above gave the type a tag if it can have one. */
+  PyObject *m = _PyType_Lookup(type, g_s_dlpack); /* borrowed, no exception */
+  int d = m != NULL && method_call_is_direct(type, m);
+  if (dlpack != NULL) {
+    *dlpack = m;
+    *direct = d;
+  }
+  /* The lookups above gave the type a tag if it can have one. */
   tag = DevbufPy__CacheableTag(type);
   if (tag != 0) {
     cache[slot].type = type;
     cache[slot].tag = tag;
     cache[slot].api = api;
+    cache[slot].dlpack = m;
+    cache[slot].direct = d;
   }
   return api;
+}
+
+const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type) {
+  return type_dlpack_of(type, NULL, NULL);
 }
 
 /* Import through the table: an owning tensor, then the producer's current
@@ -114,25 +149,32 @@ static dbp_desc *import_capsule(PyObject *cap, PyObject *producer, int legacy_wr
                  Py_TYPE(cap)->tp_name);
     return NULL;
   }
-  const char *name = PyCapsule_GetName(cap);
-  int versioned;
-  if (name != NULL && strcmp(name, DEVBUF_DLPACK_CAPSULE_VERSIONED) == 0) versioned = 1;
-  else if (name != NULL && strcmp(name, DEVBUF_DLPACK_CAPSULE_LEGACY) == 0) versioned = 0;
-  else if (name != NULL && (strcmp(name, DEVBUF_DLPACK_CAPSULE_VERSIONED_USED) == 0 ||
-                            strcmp(name, DEVBUF_DLPACK_CAPSULE_LEGACY_USED) == 0)) {
-    PyErr_Format(PyExc_BufferError,
-                 "the DLPack capsule was already consumed (its name is \"%s\"): a capsule can "
-                 "be imported once",
-                 name);
-    return NULL;
-  } else {
-    PyErr_Format(PyExc_BufferError,
-                 "a DLPack capsule must be named \"dltensor_versioned\" or \"dltensor\", not %s%s%s",
-                 name ? "\"" : "", name ? name : "NULL", name ? "\"" : "");
-    return NULL;
-  }
+  /* The usual capsule first: one name compare, inside GetPointer (its
+   * ValueError for another name is dropped: the name is judged below). */
+  const char *name = DEVBUF_DLPACK_CAPSULE_VERSIONED;
   void *p = PyCapsule_GetPointer(cap, name);
-  if (p == NULL) return NULL;
+  int versioned = 1;
+  if (p == NULL) {
+    PyErr_Clear();
+    name = PyCapsule_GetName(cap);
+    if (name != NULL && strcmp(name, DEVBUF_DLPACK_CAPSULE_LEGACY) == 0) {
+      versioned = 0;
+    } else if (name != NULL && (strcmp(name, DEVBUF_DLPACK_CAPSULE_VERSIONED_USED) == 0 ||
+                                strcmp(name, DEVBUF_DLPACK_CAPSULE_LEGACY_USED) == 0)) {
+      PyErr_Format(PyExc_BufferError,
+                   "the DLPack capsule was already consumed (its name is \"%s\"): a capsule "
+                   "can be imported once",
+                   name);
+      return NULL;
+    } else {
+      PyErr_Format(PyExc_BufferError,
+                   "a DLPack capsule must be named \"dltensor_versioned\" or \"dltensor\", "
+                   "not %s%s%s",
+                   name ? "\"" : "", name ? name : "NULL", name ? "\"" : "");
+      return NULL;
+    }
+  }
+  if (p == NULL && (p = PyCapsule_GetPointer(cap, name)) == NULL) return NULL;
   if (not_cpu != NULL) {
     /* Another major's layout is not read here: the import below refuses it. */
     const DLTensor *t = versioned ? (((DLManagedTensorVersioned *)p)->version.major ==
@@ -153,7 +195,7 @@ static dbp_desc *import_capsule(PyObject *cap, PyObject *producer, int legacy_wr
   } else {
     DLManagedTensor *m = p;
     DLPackVersion none = {0, 0};
-    f = dbp_desc_new(DBP_DESC_DLPACK_LEGACY, producer);
+    f = dbp_desc_new_undescribed(DBP_DESC_DLPACK_LEGACY, producer);
     uint64_t fl = legacy_writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY;
     if (f != NULL && dbp_desc_describe(f, &m->dl_tensor, fl, none) < 0) {
       dbp_desc_free(f);
@@ -267,8 +309,8 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *fn, int unbound, PyObject 
   /* stream=None is the default: leaving it out spares the producer parsing
    * a keyword (NumPy's own from_dlpack leaves it out too). */
   int ns = stream == Py_None;
-  const int tries_full[] = {4, 2, 1, 0}, tries_short[] = {2, 1, 0};
-  const int tries_full_ns[] = {3, 1, 0}, tries_short_ns[] = {1, 0};
+  static const int tries_full[] = {4, 2, 1, 0}, tries_short[] = {2, 1, 0};
+  static const int tries_full_ns[] = {3, 1, 0}, tries_short_ns[] = {1, 0};
   const int *tries = extra ? (ns ? tries_full_ns : tries_full) : (ns ? tries_short_ns : tries_short);
   int ntries = (extra ? 4 : 3) - ns;
   int nall = 4 - ns;
@@ -425,7 +467,9 @@ void dbp_route_raise(PyObject *type, PyObject *notes, PyObject *obj) {
 }
 
 dbp_desc *dbp_interop_import(PyObject *obj, PyObject **notes_out) {
-  const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
+  PyObject *descr; /* the type's __dlpack__, borrowed */
+  int direct;
+  const devbuf_dlpack_exchange_api *api = type_dlpack_of(Py_TYPE(obj), &descr, &direct);
   if (api != NULL) return import_exchange(obj, api);
   if (PyErr_Occurred()) return NULL;
   /* Each protocol the object speaks, in order; one that cannot describe
@@ -441,13 +485,13 @@ dbp_desc *dbp_interop_import(PyObject *obj, PyObject **notes_out) {
     if (step == 0) {
       /* The type's method through its cache (no attribute error made and
        * cleared, as PyObject_HasAttr does), else an instance attribute. */
-      PyObject *fn = NULL, *descr = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack); /* borrowed */
+      PyObject *fn = NULL;
       int unbound = 0;
       if (descr == NULL) {
         /* As PyObject_HasAttr did: a failing __getattr__ means "no". */
         if (dbp_compat_LookupAttr(obj, g_s_dlpack, &fn) < 0) PyErr_Clear();
         if (fn == NULL) continue;
-      } else if (method_call_is_direct(Py_TYPE(obj), descr)) {
+      } else if (direct) {
         /* What obj.__dlpack__(...) would call, as from_dlpack() does. */
         fn = Py_NewRef(descr);
         unbound = 1;
@@ -542,7 +586,7 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
     copy = PyObject_IsTrue(copy_o);
     if (copy < 0) return NULL;
   }
-  int legacy_writable = PyObject_IsTrue(lw_o);
+  int legacy_writable = lw_o == Py_None ? 0 : PyObject_IsTrue(lw_o);
   if (legacy_writable < 0) return NULL;
   DLDevice tdl;
   int has_dl = 0, tord = 0;
@@ -551,10 +595,12 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
   dbp_desc *f = NULL;
   int dropped = 1; /* the producer did not handle device/copy */
-  const devbuf_dlpack_exchange_api *api = dbp_exchange_api_of(Py_TYPE(obj));
+  PyObject *descr; /* the type's __dlpack__, borrowed */
+  int direct;
+  const devbuf_dlpack_exchange_api *api = type_dlpack_of(Py_TYPE(obj), &descr, &direct);
   if (api == NULL && PyErr_Occurred()) return NULL;
-  /* obj.__dlpack__: the type's method (found through the type's method
-   * cache, called without binding it), else an instance attribute. */
+  /* obj.__dlpack__: the type's method (found through the type's cache
+   * above, called without binding it), else an instance attribute. */
   PyObject *fn = NULL;
   int has_method = 0, unbound = 0;
   /* copy=True is never passed on: devbuf copies the producer's plain
@@ -563,9 +609,8 @@ PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t narg
    * over a compact buffer, and reads past it. */
   PyObject *producer_copy = copy == 1 ? Py_None : copy_o;
   if (api == NULL) {
-    PyObject *descr = _PyType_Lookup(Py_TYPE(obj), g_s_dlpack); /* borrowed */
     has_method = descr != NULL;
-    if (has_method && method_call_is_direct(Py_TYPE(obj), descr)) {
+    if (has_method && direct) {
       /* What obj.__dlpack__(...) would call, found once: a new reference,
        * as the call may change the type. */
       fn = Py_NewRef(descr);

@@ -14,7 +14,7 @@
 
 /* Item size of the common one-code native formats, without a parse: the
  * check runs on every devbuf.view(), which is a hot path. 0: not one of them. */
-static Py_ssize_t simple_itemsize(const char *f) {
+static inline Py_ssize_t simple_itemsize(const char *f) {
   if (f[0] == '@' || f[0] == '=' || f[0] == '<' || f[0] == '>' || f[0] == '!') {
     /* standard sizes for the explicit byte orders; '@' is native = same here */
     f++;
@@ -30,7 +30,8 @@ static Py_ssize_t simple_itemsize(const char *f) {
   }
 }
 
-/* Does `itemsize` agree with `fmt`? *size gets what the format says (C
+/* Does `itemsize` agree with `fmt` (one that simple_itemsize does not size:
+ * the caller tries that first)? *size gets what the format says (C
  * layout rules); *pointers whether it holds object or pointer items.
  * Returns 1 when it agrees (under C, struct-module or NumPy layout rules:
  * producers follow each of them), 0 when not, 2 when the format names a
@@ -38,11 +39,6 @@ static Py_ssize_t simple_itemsize(const char *f) {
  * with FormatError when it does not parse. */
 static int format_agrees(const char *fmt, Py_ssize_t itemsize, Py_ssize_t *size, int *pointers) {
   *pointers = 0;
-  Py_ssize_t s = simple_itemsize(fmt);
-  if (s > 0) {
-    *size = s;
-    return s == itemsize;
-  }
   size_t len = strlen(fmt);
   static const uint32_t modes[3] = {DEVBUF_FORMAT_DEFAULT, DEVBUF_FORMAT_STRUCT,
                                     DEVBUF_FORMAT_NUMPY};
@@ -84,9 +80,11 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
     PyErr_Format(exc, "%s: ndim %d is out of range (0..%d)", what, ndim, PyBUF_MAX_NDIM);
     return -1;
   }
-  Py_ssize_t fsize = 0;
+  /* The common one-code formats are sized here (no call); the rest by the
+   * format engine. */
+  Py_ssize_t fsize = simple_itemsize(fmt);
   int pointers = 0;
-  int rc = format_agrees(fmt, itemsize, &fsize, &pointers);
+  int rc = fsize > 0 ? fsize == itemsize : format_agrees(fmt, itemsize, &fsize, &pointers);
   if (rc < 0) {
     /* FormatError already names the byte; add where it came from. */
     if (flags & DBP_LAYOUT_BUFFER_ERROR) {
@@ -123,8 +121,7 @@ int dbp_layout_check(const char *what, const char *format, Py_ssize_t itemsize, 
   }
   Py_ssize_t items = 1;
   int empty = 0;
-  for (int i = 0; i < ndim; i++) {
-    if (shape == NULL) break;
+  for (int i = 0; shape != NULL && i < ndim; i++) {
     if (shape[i] < 0) {
       PyErr_Format(exc, "%s: shape[%d] is negative (%zd)", what, i, shape[i]);
       return -1;
