@@ -367,7 +367,9 @@ def to_py_object(t: type, x: object) -> Any:
     cap = getattr(x, "__dlpack__")(max_version=(1, 3))
     info = read_capsule(cap)
     if not info["versioned"]:
-        raise ValueError(f"{type(x).__name__}.__dlpack__ gave a legacy capsule")
+        raise ValueError(f"{type(x).__name__}.__dlpack__(max_version=(1, 3)) gave a legacy "
+                         "capsule, which the exchange table cannot take (NumPy before 2.1 "
+                         "does): pass a producer of versioned tensors, e.g. devbuf.from_host(x)")
     if _api.PyCapsule_SetName(cap, NAMES[b"used_dltensor_versioned"]) != 0:
         raise RuntimeError("PyCapsule_SetName failed")
     fn = _TO_PY_OBJECT(cast(int, exchange_api(t).managed_tensor_to_py_object_no_sync))
