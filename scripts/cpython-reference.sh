@@ -22,7 +22,8 @@
 #
 # Trees (build-cpython313/, git-ignored):  unpatched  patched  (default build)
 #                                          unpatched-t patched-t (--disable-gil)
-# Each is rebuilt only when its stamp (configure flags + series) changes.
+# Each is rebuilt only when its stamp (configure flags + the series' code
+# patches) changes.
 # The unpatched trees are only configured unless CPYREF_BENCH=1 asks for the
 # comparison: the tests need their headers (the old-ABI extensions are
 # compiled against them), not their interpreters.
@@ -59,10 +60,17 @@ flags_for() { # $1 = variant: its configure flags, one per line
 env_for() { # $1 = variant: the compiler environment (TSan: gcc, see python-ft.sh)
   case "$1" in *-tsan) printf '%s\n' CC=gcc CXX=g++ LDFLAGS=-fsanitize=thread ;; *) echo DEVBUF_CPYREF=1 ;; esac
 }
+series_code() { # the patches that change what is built: a patch touching
+  # only Doc/ (0008) does not, so editing it rebuilds no tree
+  local p
+  for p in "$SERIES"/*.patch; do
+    if grep '^+++ b/' "$p" | grep -qv '^+++ b/Doc/'; then cat "$p"; fi
+  done
+}
 stamp_for() { # what a tree was built from: flags, Setup.local, the series
   local v="$1"
   { flags_for "$v"; env_for "$v"; echo "$SETUP_LOCAL"
-    case "$v" in patched*) cat "$SERIES"/*.patch ;; esac; } | sha256sum | cut -c1-16
+    case "$v" in patched*) series_code ;; esac; } | sha256sum | cut -c1-16
 }
 # $1 = variant, $2 = configure-only (1) or full build (0)
 build_variant() {
