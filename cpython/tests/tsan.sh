@@ -48,8 +48,9 @@ for i in $(seq "${CPYREF_TSAN_REPEAT:-1}"); do
 done
 cp "$D/tests.1.log" "$D/tests.log"
 n=$(cat "$D"/report.* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer')
-used=$(cat "$D"/report.* 2>/dev/null | sed -n '/ThreadSanitizer: Matched/,/^$/p' | grep -E '^ *[0-9]+ ' | sort | uniq -c)
-[ -z "$used" ] || { echo "suppressions matched (per process: count, type, entry):"; echo "$used"; }
+used=$(cat "$D"/report.* 2>/dev/null | sed -n '/ThreadSanitizer: Matched/,/^$/p' | grep -E '^ *[0-9]+ ' |
+  awk '{n[$2] += $1; p[$2]++} END {for (k in n) printf "  %s: %d reports in %d processes\n", k, n[k], p[k]}' | sort)
+[ -z "$used" ] || { echo "suppressions matched:"; echo "$used"; }
 if [ "$rc" != 0 ]; then
   echo "tsan.sh: $TREE: the tests failed (rc=$rc, $D/tests.*.log)"; exit 1
 fi
