@@ -30,6 +30,9 @@ fi
 mapfile -t files < <(sed -n 's|^+++ b/\(Doc/.*\)|\1|p' "$SERIES"/*.patch | sort -u)
 [ "${#files[@]}" -gt 0 ] || { echo "doc.sh: no patch in $SERIES touches Doc/"; exit 1; }
 (cd "$D" && "$V/bin/sphinx-lint" --enable default-role "${files[@]}") || { echo "doc.sh: sphinx-lint"; exit 1; }
+# A fresh environment every time: a kept one would re-read only the files
+# whose mtime changed and so drop the other files' warnings.
+rm -rf "$OUT/doc-build"
 (cd "$D/Doc" && "$V/bin/sphinx-build" -b dummy -n -q --keep-going -j 1 \
   -w sphinx-warnings.txt . "$OUT/doc-build" >"$OUT/doc-build.log" 2>&1) ||
   { tail -20 "$OUT/doc-build.log"; echo "doc.sh: sphinx-build failed"; exit 1; }
