@@ -58,6 +58,7 @@ def bench_list(build, quick, tmp):
 # they are with a note saying where they come from.
 EXTERNAL = {
     "The device extension inside CPython (issue 25)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
+    "The capability gate inside CPython 3.13 and 3.13t (issue 35)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
     "Free-threaded CPython (issue 29)": "FT_BENCH=1 FT_STEPS=bench scripts/python-ft.sh",
 }
 
