@@ -243,3 +243,39 @@ def test_dlpack_re_export_keeps_the_tensor_and_blocks_release():
     del y
     gc.collect()
     assert p.deleted == 1
+
+
+# ---- the C API's Import_FromObject: the same routes, Arrow included ---------------------
+
+def test_capi_import_reads_arrow_and_releases_once():
+    cc = pytest.importorskip("devbuf_capi_consumer", reason="test extension not built")
+    a = np.arange(6, dtype=np.int32)
+    p = CountedArrow(a)
+    i = cc.import_info(p, 0, 1)  # released, then released again (must do nothing)
+    assert p.calls == 1 and p.released == 1
+    assert i["ptr"] == a.ctypes.data and i["shape"] == (6,) and i["format"] == "i"
+    assert i["readonly"] == 1 and i["is_device"] == 0 and i["obj_is_null"] == 1
+    # Arrow memory is immutable: a writable request is refused, with
+    # devbuf.view's message, and the moved array is still released once.
+    with pytest.raises(BufferError) as e:
+        cc.import_info(CountedArrow(a), 1)
+    with pytest.raises(BufferError) as f:
+        devbuf.view(CountedArrow(a), writable=True)
+    assert str(e.value) == str(f.value)
+    q = CountedArrow(a)
+    with pytest.raises(BufferError):
+        cc.import_info(q, 1)
+    assert q.released == 1
+
+
+def test_capi_import_arrow_device_array_sync_event(sim):
+    cc = pytest.importorskip("devbuf_capi_consumer", reason="test extension not built")
+    buf = devbuf.from_host(np.arange(1000, dtype=np.int64), device=sim)
+    assert buf.event is not None
+    p = CountedArrow(buf, device_array=True, device_type=EXT_DEV, sync_event=buf.event)
+    p._format = ctypes.create_string_buffer(b"l")
+    i = cc.import_info(p)
+    assert i["is_device"] == 1 and i["device"] == "devbuf.sim" and i["ptr"] == buf.ptr
+    assert i["has_device_info"] == 1 and i["event"] == buf.event  # the sync to honour
+    assert i["shape"] == (1000,) and i["format"] == "q"
+    assert p.released == 1

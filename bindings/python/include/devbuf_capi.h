@@ -216,9 +216,10 @@ typedef struct DevbufPy_CAPI {
                          devbuf_dtype_desc *out, devbuf_error *err);
 
   /* ---- 1.1: imports without a view object (DEVBUFPY_CAPI_HAS(api, Import_Release)) ---- */
-  /* Fill *out from an object WITHOUT the buffer protocol (a DLPack-only
-   * producer; for buffer exporters use GetBufferEx): the same readers, checks
-   * and messages as devbuf.view(obj), no devbuf object made. flags: 0 or
+  /* Fill *out from an object WITHOUT the buffer protocol (a DLPack-only or
+   * Arrow producer, the interfaces; for buffer exporters use GetBufferEx):
+   * the same readers, order, checks and messages as devbuf.view(obj), no
+   * devbuf object made. flags: 0 or
    * PyBUF_WRITABLE. 0, or -1 with an exception (TypeError when obj speaks no
    * protocol devbuf reads). */
   int (*Import_FromObject)(PyObject *obj, int flags, DevbufPy_Import *out);

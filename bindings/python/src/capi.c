@@ -137,17 +137,32 @@ static int capi_import_from_object(PyObject *obj, int flags, DevbufPy_Import *ou
   size_t size = out->struct_size;
   memset(out, 0, sizeof *out);
   out->struct_size = size;
-  dbp_desc *d = dbp_interop_import(obj, NULL);
+  /* The routes and their order are devbuf.view's (view.c): the exchange
+   * table's types skip the Arrow lookups; Arrow comes before __dlpack__,
+   * since its capsule carries the sync_event and the dtype extension. */
+  dbp_desc *d = NULL;
+  int arrow = 0;
+  if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred()) {
+    d = dbp_arrow_import(obj, 0);
+    arrow = d != NULL;
+  }
+  if (d == NULL && !PyErr_Occurred()) d = dbp_interop_import(obj, NULL);
   if (d == NULL) {
     if (!PyErr_Occurred())
       PyErr_Format(PyExc_TypeError,
                    "devbuf C API Import_FromObject: %.100s speaks no protocol devbuf imports "
-                   "(the DLPack exchange table, __dlpack__, __cuda_array_interface__, "
+                   "(the DLPack exchange table, Arrow, __dlpack__, __cuda_array_interface__, "
                    "__array_interface__); use GetBufferEx for buffer exporters",
                    Py_TYPE(obj)->tp_name);
     return -1;
   }
-  if (dbp_desc_export(d, &out->buffer.view, PyBUF_RECORDS_RO | PyBUF_DEVICE | (flags & PyBUF_WRITABLE)) < 0) {
+  int rflags = PyBUF_RECORDS_RO | PyBUF_DEVICE | (flags & PyBUF_WRITABLE);
+  if ((arrow ? dbp_arrow_desc_export(d, &out->buffer.view, rflags)
+             : dbp_desc_export(d, &out->buffer.view, rflags)) < 0 ||
+      /* Arrow's description was not made by dbp_desc_describe: it gets the
+       * check a buffer export gets, as in devbuf.view. */
+      (arrow && dbp_layout_check_view("devbuf C API Import_FromObject: the producer's buffer",
+                                      &out->buffer.view, -1, DBP_LAYOUT_BUFFER_ERROR) < 0)) {
     dbp_desc_free(d);
     memset(&out->buffer, 0, sizeof out->buffer);
     return -1;
