@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import devbuf
-from dlpack_ctypes import Producer, live_tensors
+from dlpack_ctypes import Producer, forwarding_producer_type, live_tensors
 
 c_mod = pytest.importorskip("devbuf_dlpack_consumer", reason="test extension not built")
 try:
@@ -28,24 +28,6 @@ CONSUMERS = [pytest.param(c_mod, id="C"),
 KDLCPU, KDLCUDA, KDLOPENCL, KDLROCM, KDLEXTDEV = 1, 2, 4, 10, 12
 
 
-def _fresh_type():
-    """A new DLPack-only producer type (the device cache is per type) that
-    forwards to .a, and the list its __dlpack_device__ appends to."""
-    calls = []
-
-    class Fwd:
-        __slots__ = ("a",)
-
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            calls.append(1)
-            return self.a.__dlpack_device__()
-    return Fwd, calls
 
 
 def _producer_type():
@@ -68,7 +50,7 @@ def test_built_as_c_and_cpp():
 
 
 def test_numpy_through_a_dlpack_only_producer(cm):
-    Fwd, _ = _fresh_type()
+    Fwd, _ = forwarding_producer_type()
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     d = cm.import_(Fwd(a))
     assert d["buf"] == a.ctypes.data and d["data"] == a.ctypes.data
@@ -250,7 +232,7 @@ def test_device_tensor_gets_the_stream(cm, device, stream):
 
 
 def test_device_query_cached_for_a_cpu_only_type(cm):
-    Fwd, calls = _fresh_type()
+    Fwd, calls = forwarding_producer_type()
     a = np.arange(6.0)
     for _ in range(3):
         assert cm.import_(Fwd(a))["buf"] == a.ctypes.data
@@ -274,7 +256,7 @@ def test_cached_cpu_type_caught_off_the_cpu(cm):
 
 
 def test_sim_device_through_a_forwarding_type(cm, sim):
-    Fwd, calls = _fresh_type()
+    Fwd, calls = forwarding_producer_type()
     a = np.arange(4, dtype=np.int32)
     cm.import_(Fwd(a))
     b = devbuf.from_host(a, device=sim)

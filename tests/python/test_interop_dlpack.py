@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import devbuf
-from dlpack_ctypes import Producer, capsule_name, live_tensors, to_py_object
+from dlpack_ctypes import (Producer, capsule_name, forwarding_producer_type, live_tensors,
+                           to_py_object)
 
 KDLCPU, KDLCUDA, KDLVULKAN, KDLEXTDEV = 1, 2, 7, 12
 
@@ -458,27 +459,10 @@ def test_opencl_handles_through_dlpack():
 
 # ---- the device query, cached per CPU-only producer type (issue 33) ---------------
 
-def _counting_producer():
-    """A fresh producer type (the cache is per type) that forwards to .a. It
-    counts into a list: setting a class attribute would change the type (and
-    its version tag, which the cache is keyed on)."""
-    calls = []
-
-    class Fwd:
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            calls.append(1)
-            return self.a.__dlpack_device__()
-    return Fwd, calls
 
 
 def test_device_query_is_cached_for_a_type_seen_only_on_the_cpu():
-    Fwd, calls = _counting_producer()
+    Fwd, calls = forwarding_producer_type()
     a = np.arange(6.0)
     for _ in range(3):
         v = devbuf.view(Fwd(a))
@@ -490,7 +474,7 @@ def test_device_query_is_cached_for_a_type_seen_only_on_the_cpu():
 
 
 def test_a_cached_cpu_type_caught_on_a_device_is_asked_again(sim):
-    Fwd, calls = _counting_producer()
+    Fwd, calls = forwarding_producer_type()
     a = np.arange(4, dtype=np.int32)
     devbuf.view(Fwd(a)).release()
     devbuf.view(Fwd(a)).release()
