@@ -93,8 +93,10 @@ int devbuf__load_file(const char *path, const char *source, size_t *index, devbu
 int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const char *source,
                       void *dl_handle, size_t *index, devbuf_error *err);
 
-/* backend.c */
+/* state.c */
 devbuf_backend *devbuf__backend_get(size_t index);
+
+/* runtime.c */
 int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *err);
 
 #endif /* DEVBUF_INTERNAL_H */

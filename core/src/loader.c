@@ -673,7 +673,7 @@ static int g_libdir_ok;
 
 __attribute__((constructor)) static void devbuf__resolve_library_dir(void) {
   Dl_info info;
-  if (dladdr((void *)&devbuf_init, &info) == 0 || info.dli_fname == NULL) return;
+  if (dladdr((void *)&devbuf__discover, &info) == 0 || info.dli_fname == NULL) return;
   char real[PATH_MAX];
   if (realpath(info.dli_fname, real) == NULL) return;
   char *slash = strrchr(real, '/');

@@ -199,40 +199,6 @@ static const devbuf_dtype_namespace BUILTIN_NS = {
     "datetime64/timedelta64, DLPack-named aliases",
     builtin_interpret, NULL};
 
-/* ---- the reserved struct$ and buffer$ -------------------------------------- */
-static int reserved_interpret(void *ctx, const char *payload, size_t len, devbuf_dtype_desc *out,
-                              devbuf_error *err) {
-  bool is_struct = ctx != NULL;
-  uint64_t sz = 0, al = 1;
-  size_t off = 0;
-  int r = devbuf__format_itemsize(payload, len,
-                                 is_struct ? DEVBUF_FORMAT_STRUCT
-                                           : DEVBUF_FORMAT_DEFAULT | DEVBUF_FORMAT_NO_CUSTOM,
-                                 &sz, &al, &off, err);
-  if (r != DEVBUF_OK) return r;
-  if (sz > UINT32_MAX)
-    return devbuf_error_set(err, DEVBUF_EFORMAT, "%s: payload larger than 4 GiB",
-                            is_struct ? "struct" : "buffer");
-  desc_fill(out, DEVBUF_KIND_STRUCT, (uint32_t)sz, (uint32_t)al,
-            sz * 8 > UINT32_MAX ? 0 : (uint32_t)(sz * 8), 1, -1, 0);
-  snprintf(out->canonical, sizeof out->canonical, "%s$%.*s", is_struct ? "struct" : "buffer",
-           (int)(len > 56 ? 56 : len), payload);
-  if (!is_struct && len < sizeof out->plain_format) {
-    memcpy(out->plain_format, payload, len);
-    out->plain_format[len] = '\0';
-  }
-  return DEVBUF_OK;
-}
-
-static const devbuf_dtype_namespace STRUCT_NS = {
-    sizeof(devbuf_dtype_namespace), 0, "struct", "python",
-    "reserved: the payload is a CPython struct-module format", reserved_interpret,
-    (void *)&STRUCT_NS};
-static const devbuf_dtype_namespace BUFFER_NS = {
-    sizeof(devbuf_dtype_namespace), 0, "buffer", "python",
-    "reserved: the payload is a plain PEP 3118 format (no [...] inside)", reserved_interpret,
-    NULL};
-
 /* ---- well-known foreign ids ----------------------------------------------- */
 static const struct {
   const char *id, *package;
@@ -496,19 +462,15 @@ DEVBUF_API int devbuf_dtype_unregister(const char *id, devbuf_error *err) {
   return DEVBUF_OK;
 }
 
-int devbuf__dtype_lookup(const char *id, size_t len, const devbuf_dtype_namespace **out,
+int devbuf__dtype_ns_lookup(const char *id, size_t len, const devbuf_dtype_namespace **out,
                                    const char **source, devbuf_error *err) {
   if (id == NULL || out == NULL)
     return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_lookup: NULL argument");
   if (len == (size_t)-1) len = strlen(id);
-  const devbuf_dtype_namespace *fixed[] = {&STRUCT_NS, &BUFFER_NS, &BUILTIN_NS};
-  const char *fixed_src[] = {"reserved", "reserved", "builtin"};
-  for (int i = 0; i < 3; i++) {
-    if (id_eq(id, len, fixed[i]->id)) {
-      *out = fixed[i];
-      if (source) *source = fixed_src[i];
-      return DEVBUF_OK;
-    }
+  if (id_eq(id, len, BUILTIN_NS.id)) {
+    *out = &BUILTIN_NS;
+    if (source) *source = "builtin";
+    return DEVBUF_OK;
   }
   for (reg_entry *e = atomic_load(&g_head); e != NULL; e = e->next) {
     if (!atomic_load(&e->removed) && e->idlen == len && memcmp(e->id, id, len) == 0) {
@@ -535,22 +497,18 @@ int devbuf__dtype_lookup(const char *id, size_t len, const devbuf_dtype_namespac
                           (int)(len > 64 ? 64 : len), id);
 }
 
-int devbuf__dtype_interpret(const char *id, const char *payload, size_t len,
+int devbuf__dtype_ns_interpret(const char *id, const char *payload, size_t len,
                                       devbuf_dtype_desc *out, devbuf_error *err) {
   if (id == NULL || out == NULL || (payload == NULL && len != 0))
     return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_interpret: NULL argument");
   if (payload == NULL) payload = "";
   size_t idl = strlen(id);
-  if (id_eq(id, idl, "struct") || id_eq(id, idl, "buffer")) {
-    desc_reset(out);
-    return reserved_interpret(id[0] == 's' ? (void *)&STRUCT_NS : NULL, payload, len, out, err);
-  }
   int st = 0;
   int r = devbuf__dtype_resolve(id, idl, payload, len, 0, out, &st, err);
   if (r == DEVBUF__RESOLVED) return DEVBUF_OK;
   if (r == DEVBUF__REFUSED) return st;
   const devbuf_dtype_namespace *ns;
-  return devbuf__dtype_lookup(id, idl, &ns, NULL, err);
+  return devbuf__dtype_ns_lookup(id, idl, &ns, NULL, err);
 }
 
 /* ---- listing ------------------------------------------------------------------- */
@@ -577,23 +535,21 @@ static size_t registered_count(void) {
   return n;
 }
 
-size_t devbuf__dtype_namespace_count(void) {
+size_t devbuf__dtype_ns_count(void) {
   plugin_nth pn = {(size_t)-1, 0, NULL, NULL};
   each_plugin_ns(plugin_nth_fn, &pn);
-  return 3 + registered_count() + pn.seen;
+  return 1 + registered_count() + pn.seen;
 }
 
-int devbuf__dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
+int devbuf__dtype_ns_get(size_t index, const devbuf_dtype_namespace **ns,
                                           const char **source, devbuf_error *err) {
   if (ns == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_namespace_get: NULL ns");
-  const devbuf_dtype_namespace *fixed[] = {&STRUCT_NS, &BUFFER_NS, &BUILTIN_NS};
-  const char *fixed_src[] = {"reserved", "reserved", "builtin"};
-  if (index < 3) {
-    *ns = fixed[index];
-    if (source) *source = fixed_src[index];
+  if (index == 0) {
+    *ns = &BUILTIN_NS;
+    if (source) *source = "builtin";
     return DEVBUF_OK;
   }
-  size_t i = index - 3;
+  size_t i = index - 1;
   for (reg_entry *e = atomic_load(&g_head); e != NULL; e = e->next) {
     if (atomic_load(&e->removed)) continue;
     if (i-- == 0) {

@@ -28,6 +28,17 @@ int devbuf__dtype_resolve(const char *id, size_t idlen, const char *payload, siz
                           uint32_t flags, devbuf_dtype_desc *desc, int *status,
                           devbuf_error *err);
 
+/* dtype_registry.c's halves of the namespace entry points: every namespace
+ * but the reserved struct$ and buffer$, which dtype_reserved.c adds in front
+ * (listing index 0 here is the builtin "devbuf"). */
+int devbuf__dtype_ns_lookup(const char *id, size_t len, const devbuf_dtype_namespace **out,
+                            const char **source, devbuf_error *err);
+int devbuf__dtype_ns_interpret(const char *id, const char *payload, size_t len,
+                               devbuf_dtype_desc *out, devbuf_error *err);
+size_t devbuf__dtype_ns_count(void);
+int devbuf__dtype_ns_get(size_t index, const devbuf_dtype_namespace **ns, const char **source,
+                         devbuf_error *err);
+
 /* True for the characters the draft allows in an id: printable ASCII
  * (space included) without ] ; $. A reader must accept them all, since the
  * draft promises that skipping an unknown id up to the next ']' is safe. */
