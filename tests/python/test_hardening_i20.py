@@ -250,7 +250,7 @@ def test_to_host_of_sparse_device_view_copies_run_by_run(sim):
 def test_empty_dlpack_tensor_with_huge_other_dimensions():
     # Found by pyfuzz (dlpack target): an empty tensor skips the extent check,
     # and the C-order strides of (0, 2**31, 2**32) bytes overflowed int64 in
-    # dlpack_import.c (UBSan: signed integer overflow; this test fails in the
+    # readers/dlpack_import.c (UBSan: signed integer overflow; this test fails in the
     # build-asan-py stage of scripts/test.sh without the fix).
     from dlpack_ctypes import Producer
     p = Producer(None, dtype=(1, 8, 1), shape=(0, 2 ** 31, 2 ** 32), strides=None, data=4096)

@@ -102,7 +102,7 @@ from ._pickle import (  # noqa: E402
 __all__ += ["HostStaging", "MissingDeviceError", "get_unpickle_policy", "set_unpickle_policy",
             "unpickle_policy"]
 
-# The Arrow PyCapsule (device) interface, both ways (arrow.c, arrow_import.c, docs/arrow.md).
+# The Arrow PyCapsule (device) interface, both ways (src/exporters/arrow_export.c, src/readers/arrow_import.c, docs/arrow.md).
 from ._devbuf import ArrowArray, from_arrow  # noqa: E402
 
 # Headers for C and Cython consumers (`cimport devbuf`, devbuf/__init__.pxd).

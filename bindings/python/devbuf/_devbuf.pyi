@@ -1,4 +1,4 @@
-# Type stubs of the C extension devbuf._devbuf (bindings/python/src/*.c).
+# Type stubs of the C extension devbuf._devbuf (bindings/python/src/*/*.c).
 # Checked against the built module by stubtest (tests/python/test_typing.py):
 # a name added to or removed from the extension fails that test until this
 # file follows. docs/python-api.md describes the behaviour.

@@ -55,7 +55,7 @@ class Custom:
 
 
 # Format and Field are C types over the engine's result (bindings/python/src/
-# format.c): their attributes are made on first read, so a parse costs about
+# base/format.c): their attributes are made on first read, so a parse costs about
 # what the C parse costs. Same attribute names, repr and equality as the
 # dataclasses they replaced.
 Format = _devbuf.Format

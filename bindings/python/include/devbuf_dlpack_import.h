@@ -14,7 +14,7 @@
  *         v.device_type / v.device_id (DLPack's), v.host_accessible ...
  *     DevbufPy_DLPackRelease(&v);   // the tensor's deleter, exactly once
  *
- * What it does, as devbuf's own reader (bindings/python/src/dlpack_import.c
+ * What it does, as devbuf's own reader (bindings/python/src/readers/dlpack_import.c
  * and libdevbuf's devbuf_dlpack_describe) does it, with the same checks and
  * messages:
  *  - asks obj.__dlpack_device__() to choose the stream it passes (none on the

@@ -61,11 +61,6 @@ static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
   atomic_fetch_sub(inflight, 1);
 }
 
-void pp_ret_int(void *ret, int status) {
-  /* libffi: integral returns narrower than a register are written as ffi_arg. */
-  *(ffi_sarg *)ret = (ffi_sarg)status;
-}
-
 PpClosure *pp_closure_new(const char *sig, PyObject *callable, pp_handler handler,
                           pp_dead_handler dead, void *owner, _Atomic long *inflight,
                           const char *name) {

@@ -5,16 +5,22 @@
  * namespace (devbuf/dtype.h) or a plugin extension function can be written
  * in Python and still be an ordinary C table to the runtime.
  *
+ * Layers, bottom to top (scripts/layers.toml); a file calls only its own
+ * layer and the layers below:
+ *
+ *   base.c       errors, exception -> devbuf status mapping, handles and
+ *                fields, the int return of a closure, the registry.
+ *   sig.c        signature strings ("i(pi*Qe)", docs/plugin-authors.md,
+ *                "Extension functions"), ext-function listing and calls.
  *   closure.c    PpClosure: ONE refcounted object owns an ffi_closure, its
  *                ffi_cif, its type array, its parsed signature and the
  *                callable; the generic trampoline takes the GIL and counts
  *                calls in flight.
- *   sig.c        signature strings ("i(pi*Qe)", docs/plugin-authors.md,
- *                "Extension functions"), ext-function listing and calls.
  *   table.c      PpTable: a Python object turned into a devbuf_plugin_table.
- *   namespace.c  PpNamespace: a Python dtype namespace interpreter.
- *   module.c     errors, exception -> devbuf status mapping, helpers, the
- *                in-process conformance runner and the benchmark loop.
+ *   namespace.c  PpNamespace: a Python dtype namespace interpreter (table.c
+ *                and namespace.c, the closures' owners, are one layer).
+ *   module.c     module init and functions, the in-process conformance
+ *                runner and the benchmark loop.
  *
  * Lifetimes: a registered table or namespace is kept alive by the module's
  * registry (g_registry), whatever Python code drops; its closures are freed
@@ -25,8 +31,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "dbp_compat.h"
-#include "dbp_lock.h"
+#include "base/dbp_compat.h"
+#include "base/dbp_lock.h"
 
 #include <ffi.h>
 #include <stdatomic.h>
@@ -89,14 +95,17 @@ PpClosure *pp_closure_new(const char *sig, PyObject *callable, pp_handler handle
                           const char *name);
 /* Free the ffi closure and drop the callable. Only once C can no longer call it. */
 void pp_closure_release(PpClosure *c);
-/* Write `status` as the closure's int return value. */
-void pp_ret_int(void *ret, int status);
 /* threading.main_thread().ident: the thread that finalizes the interpreter. */
 extern unsigned long pp_main_thread;
 /* Closures alive (armed) in the process, for leak tests. */
 extern _Atomic long pp_live_closures;
 
-/* ---- errors and conversions (module.c) -------------------------------------------- */
+/* ---- errors and conversions (base.c) ---------------------------------------------- */
+
+/* Write `status` as the closure's int return value. */
+void pp_ret_int(void *ret, int status);
+/* The registry: key -> PpTable/PpNamespace, a strong reference while registered. */
+extern PyObject *g_registry;
 
 /* Turn the pending Python exception into a devbuf status and message:
  * "<op>: <Type>: <text> (<file>:<line>)", or "<op>: <text>" for exceptions
@@ -133,9 +142,6 @@ int pp_table_init(PyObject *module);
 int pp_namespace_init(PyObject *module);
 /* Unregister every table and namespace that can be (at exit). */
 PyObject *pp_shutdown_all(PyObject *self, PyObject *unused);
-/* The registry: key -> PpTable/PpNamespace, a strong reference while registered. */
-extern PyObject *g_registry;
-
 /* 1 if this thread is inside a callback of `owner`. */
 int pp_in_callback_of(void *owner);
 

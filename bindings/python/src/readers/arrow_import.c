@@ -14,14 +14,11 @@
  * devbuf.from_arrow() puts it behind devbuf.ArrowArray, a read-only
  * exporter of the extended buffer protocol. Both export it with the checks
  * and messages of dbp_arrow_desc_export. */
-#include "arrow.h"
+#include "readers/readers.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrow_c.h"
-#include "desc.h"
-#include "interop.h" /* dbp_buffer_error */
 
 static PyObject *g_s_device_array, *g_s_array;
 
@@ -362,6 +359,7 @@ dbp_desc *dbp_arrow_import(PyObject *obj, int need) {
   }
   src->release = NULL;
   f->managed = o;
+  f->release_owner = dbp_arrow_owner_free;
   f->desc.identifier = "cpu"; /* until import_device says otherwise */
   f->desc.dl_device_type = o->arr.device_type;
   f->desc.dl_device_id = (int32_t)o->arr.device_id;
@@ -491,7 +489,7 @@ int dbp_arrow_desc_export(dbp_desc *f, Py_buffer *view, int flags) {
   view->readonly = 1;
   view->format = (flags & PyBUF_FORMAT) ? o->format : NULL;
   view->ndim = 1;
-  /* int64_t and Py_ssize_t are the same width (interop.h asserts it). */
+  /* int64_t and Py_ssize_t are the same width (desc/desc.h asserts it). */
   view->shape = (flags & PyBUF_ND) ? (Py_ssize_t *)f->desc.shape : NULL;
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? (Py_ssize_t *)f->desc.strides : NULL;
   view->suboffsets = NULL;

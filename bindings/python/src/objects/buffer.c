@@ -16,7 +16,7 @@
  * (NULL). An asynchronous upload records `event` after the copy; every
  * reader (exports, downloads, device copies) honours it. Host staging
  * memory of an upload lives until `event` has completed. */
-#include "dbp.h"
+#include "objects/objects.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -87,22 +87,6 @@ static int release_memory(DbpBuffer *self, devbuf_error *err) {
   return rc;
 }
 
-Py_ssize_t dbp_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
-                         Py_ssize_t *strides) {
-  Py_ssize_t items = 1, stride = itemsize;
-  for (int i = ndim - 1; i >= 0; i--) {
-    if (strides) strides[i] = stride;
-    if (shape[i] != 0 && items > PY_SSIZE_T_MAX / shape[i]) return -1;
-    items *= shape[i];
-    if (shape[i] != 0 && stride > PY_SSIZE_T_MAX / shape[i]) return -1;
-    /* As CPython's init_strides_from_shape: a zero dimension zeroes every
-     * stride outside it ((7, 0, 7) 'h' -> (0, 14, 2)), so that
-     * _testbuffer.cmp_contig and friends see the same array. */
-    stride *= shape[i];
-  }
-  return items;
-}
-
 PyObject *dbp_array_via_memoryview(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"dtype", "copy", NULL};
   PyObject *dtype = Py_None, *copy = Py_None;
@@ -124,20 +108,6 @@ PyObject *dbp_array_via_memoryview(PyObject *self, PyObject *args, PyObject *kwa
   }
   Py_DECREF(mv);
   return r;
-}
-
-PyObject *dbp_tuple_from_ssize(int n, const Py_ssize_t *v) {
-  PyObject *t = PyTuple_New(n);
-  if (t == NULL) return NULL;
-  for (int i = 0; i < n; i++) {
-    PyObject *x = PyLong_FromSsize_t(v[i]);
-    if (x == NULL) {
-      Py_DECREF(t);
-      return NULL;
-    }
-    PyTuple_SET_ITEM(t, i, x);
-  }
-  return t;
 }
 
 /* ---- construction -------------------------------------------------------------------- */
@@ -333,50 +303,6 @@ DbpBuffer *dbp_buffer_from_pybuffer(DbpDevice *device, Py_buffer *src, int reado
 
 /* ---- downloads ------------------------------------------------------------------------ */
 
-/* Gather a strided array into C order. */
-static void gather(char *dst, const char *src, int ndim, const Py_ssize_t *shape,
-                   const Py_ssize_t *strides, Py_ssize_t itemsize, char **out) {
-  if (ndim == 0) {
-    memcpy(*out, src, (size_t)itemsize);
-    *out += itemsize;
-    return;
-  }
-  for (Py_ssize_t i = 0; i < shape[0]; i++)
-    gather(dst, src + i * strides[0], ndim - 1, shape + 1, strides + 1, itemsize, out);
-}
-
-/* Copy a strided device array into C order one contiguous run at a time:
- * only the bytes the view holds cross, however far apart they lie. The
- * innermost dimensions that are contiguous form one run. GIL released. */
-static int copy_runs_at(const devbuf_device *dev, const char *src, int ndim, int inner,
-                        const Py_ssize_t *shape, const Py_ssize_t *strides, size_t run,
-                        void *event, char **out, devbuf_error *err) {
-  if (ndim == inner) {
-    int rc = devbuf_copy_to_host_sync(dev, *out, src, 0, run, event, err);
-    *out += run;
-    return rc;
-  }
-  for (Py_ssize_t i = 0; i < shape[0]; i++) {
-    int rc = copy_runs_at(dev, src + i * strides[0], ndim - 1, inner, shape + 1, strides + 1, run,
-                          event, out, err);
-    if (rc != DEVBUF_OK) return rc;
-  }
-  return DEVBUF_OK;
-}
-
-static int copy_runs(const devbuf_device *dev, const char *src, int ndim,
-                     const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
-                     void *event, char **out, devbuf_error *err) {
-  int inner = 0; /* how many trailing dimensions are C-contiguous */
-  Py_ssize_t expect = itemsize;
-  for (int i = ndim - 1; i >= 0 && (shape[i] <= 1 || strides[i] == expect); i--) {
-    expect *= shape[i];
-    inner++;
-  }
-  /* The run is the contiguous tail; its first element sits at src. */
-  return copy_runs_at(dev, src, ndim, inner, shape, strides, (size_t)expect, event, out, err);
-}
-
 DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, const void *ptr,
                                size_t nbytes, int ndim, const Py_ssize_t *shape,
                                const Py_ssize_t *strides, const char *format,
@@ -398,80 +324,6 @@ DbpBuffer *dbp_buffer_download(const devbuf_device *dev, int host_readable, cons
                         (char *)out->ptr, out->nbytes) < 0)
     Py_CLEAR(out);
   return out;
-}
-
-int dbp_download_into(const devbuf_device *dev, int host_readable, const void *ptr, int ndim,
-                      const Py_ssize_t *shape, const Py_ssize_t *strides, Py_ssize_t itemsize,
-                      void *event, char *out_ptr, size_t out_nbytes) {
-  /* The destination under the name the copy below was written with. */
-  struct {
-    char *ptr;
-    size_t nbytes;
-  } out_s = {out_ptr, out_nbytes}, *out = &out_s;
-  if (out->nbytes == 0) return 0;
-  /* The byte range [lo, hi) the source covers, so strided and negative-
-   * stride sources copy what they span and are gathered on the host. */
-  Py_ssize_t lo = 0, hi = itemsize;
-  int contiguous = 1;
-  if (strides != NULL) {
-    Py_ssize_t expect = itemsize;
-    for (int i = ndim - 1; i >= 0; i--) {
-      if (shape[i] > 1 && strides[i] != expect) contiguous = 0;
-      expect *= shape[i];
-      Py_ssize_t ext = (shape[i] - 1) * strides[i];
-      if (ext < 0) lo += ext;
-      else hi += ext;
-    }
-  } else {
-    hi = (Py_ssize_t)out->nbytes;
-  }
-  size_t span = (size_t)(hi - lo);
-  int direct = host_readable || dev == NULL || dev->backend == NULL;
-  /* A sparse view (a[::1<<20]) must not cost its whole span: the host
-   * gathers straight from the source, and a device copies it run by run
-   * once the span is much larger than the data (issue 20: 34 GB were
-   * allocated for 108 bytes). Dense views still take one bulk copy. */
-  int by_runs = !contiguous && !direct && span / 2 > out->nbytes && span - out->nbytes > ((size_t)1 << 20);
-  char *tmp = NULL, *dst = out->ptr;
-  if (!contiguous && !direct && !by_runs) {
-    tmp = PyMem_RawMalloc(span);
-    if (tmp == NULL) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    dst = tmp;
-  }
-  devbuf_error err;
-  int rc = DEVBUF_OK;
-  devbuf_error_clear(&err);
-  const char *base = (const char *)ptr;
-  Py_BEGIN_ALLOW_THREADS
-  if (direct) {
-    if (event && dev && dev->backend) rc = devbuf_event_synchronize(dev, event, &err);
-    if (rc == DEVBUF_OK && contiguous) memcpy(dst, base + lo, span);
-    else if (rc == DEVBUF_OK) {
-      char *o = out->ptr;
-      gather(o, base, ndim, shape, strides, itemsize, &o);
-    }
-  } else if (by_runs) {
-    char *o = out->ptr;
-    rc = copy_runs(dev, base, ndim, shape, strides, itemsize, event, &o, &err);
-  } else if (lo < 0) {
-    rc = devbuf_copy_to_host_sync(dev, dst, base + lo, 0, span, event, &err);
-  } else {
-    rc = devbuf_copy_to_host_sync(dev, dst, base, (size_t)lo, span, event, &err);
-  }
-  if (rc == DEVBUF_OK && tmp) {
-    char *o = out->ptr;
-    gather(o, tmp - lo, ndim, shape, strides, itemsize, &o);
-  }
-  Py_END_ALLOW_THREADS
-  PyMem_RawFree(tmp);
-  if (rc != DEVBUF_OK) {
-    dbp_raise(&err);
-    return -1;
-  }
-  return 0;
 }
 
 /* Every entry point below runs with `self` locked (dbp.h: DBP_LOCKED_*). */

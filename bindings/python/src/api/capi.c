@@ -1,9 +1,8 @@
 /* capi.c: the table behind the `devbuf._devbuf._C_API` capsule (layout and
  * rules in include/devbuf_capi.h). The table is static and filled once, at
  * module init. */
-#include "dbp.h"
-#include "desc.h"
-#include "interop.h"
+#include "api/api.h"
+#include "readers/readers.h"
 
 #include "devbuf/format.h"
 #include "devbuf_capi.h"

@@ -5,8 +5,7 @@
  * must wait on (recorded on the producer's stream when the protocol names
  * one). The readers fill it; a DeviceView (or a ForeignArray, an ArrowArray)
  * owns it. */
-#include "desc.h"
-#include "interop.h" /* dbp_buffer_error */
+#include "desc/desc.h"
 
 #include <string.h>
 
@@ -54,11 +53,11 @@ dbp_desc *dbp_desc_new(int kind, PyObject *source) {
   return d;
 }
 
-/* The owner's own release: the tensor's deleter, or the Arrow array's
- * release callback. */
-static void desc_release_owner(int kind, void *m) {
-  if (kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
-  else if (kind == DBP_DESC_ARROW) dbp_arrow_owner_free(m);
+/* The owner's own release: the tensor's deleter, or the release the reader
+ * set with the owner (the Arrow array's release callback). */
+static void desc_release_owner(const dbp_desc *d, void *m) {
+  if (d->kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
+  else if (d->release_owner != NULL) d->release_owner(m);
   else devbuf_dlpack_delete_legacy(m);
 }
 
@@ -78,10 +77,10 @@ void dbp_desc_free(dbp_desc *d) {
     if (PyErr_Occurred()) {
       PyObject *t, *v, *tb;
       PyErr_Fetch(&t, &v, &tb);
-      desc_release_owner(d->kind, m);
+      desc_release_owner(d, m);
       PyErr_Restore(t, v, tb);
     } else {
-      desc_release_owner(d->kind, m);
+      desc_release_owner(d, m);
       if (PyErr_Occurred()) PyErr_Clear();
     }
   }
@@ -94,7 +93,7 @@ void dbp_desc_free(dbp_desc *d) {
  * size agree, and len is what shape says. The memory's extent is the
  * producer's word (libdevbuf checked it does not wrap). */
 int dbp_desc_check(const devbuf_dlpack_desc *d, const char *what) {
-  /* int64_t and Py_ssize_t are the same width (interop.h asserts it), as
+  /* int64_t and Py_ssize_t are the same width (desc/desc.h asserts it), as
    * dbp_desc_export already relies on: the arrays are read in place. */
   return dbp_layout_check(what, d->format, (Py_ssize_t)d->itemsize, d->ndim,
                           (const Py_ssize_t *)d->shape, (const Py_ssize_t *)d->strides,

@@ -10,8 +10,7 @@
  * re-exports the description through the extended buffer protocol, so a
  * third-party consumer built on devbuf_buffer.h accepts it like any other
  * exporter. */
-#include "desc.h"
-#include "interop.h"
+#include "objects/objects.h"
 
 #include <string.h>
 

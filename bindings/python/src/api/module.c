@@ -1,8 +1,6 @@
 /* module.c: devbuf._devbuf, the CPython extension behind the devbuf package.
  * Module-level functions that belong to no type, and module init. */
-#include "dbp.h"
-#include "arrow.h"
-#include "interop.h"
+#include "api/api.h"
 
 #include <string.h>
 
@@ -310,25 +308,9 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__devbuf(void) { return PyModuleDef_Init(&module_def); }
 
-/* ---- per-interpreter objects ------------------------------------------------------------- */
-
-static PyObject *interp_dict(void) {
-  PyObject *d = PyInterpreterState_GetDict(PyInterpreterState_Get());
-  if (d == NULL && !PyErr_Occurred())
-    PyErr_SetString(PyExc_RuntimeError, "devbuf: this interpreter has no state dict");
-  return d;
+int dbp_interop_init(PyObject *module) {
+  if (dbp_route_init() < 0) return -1;
+  if (dbp_import_init(module) < 0) return -1; /* readies ForeignArray first */
+  return dbp_export_init(module);
 }
 
-PyObject *dbp_interp_get(const char *key) {
-  PyObject *d = interp_dict();
-  if (d == NULL) return NULL;
-  return PyDict_GetItemString(d, key); /* borrowed; NULL without an exception if absent */
-}
-
-int dbp_interp_set(const char *key, PyObject *value) {
-  PyObject *d = interp_dict();
-  if (d == NULL) return -1;
-  if (value != NULL) return PyDict_SetItemString(d, key, value);
-  if (PyDict_GetItemString(d, key) == NULL) return 0;
-  return PyDict_DelItemString(d, key);
-}

@@ -8,7 +8,8 @@
  * plugin, a bytearray, or another DeviceBuffer. The destination is asked
  * for a writable extended buffer; its size, layout, item type and device
  * must fit the source, or the error says which does not. */
-#include "interop.h"
+#include "copies/copies.h"
+#include "devbuf/dlpack.h"
 
 #include <string.h>
 

@@ -79,4 +79,11 @@ typedef struct DbpArrowDeviceArray {
 #define DBP_ARROW_ARRAY_CAPSULE "arrow_array"
 #define DBP_ARROW_DEVICE_ARRAY_CAPSULE "arrow_device_array"
 
+/* devbuf's schema metadata keys, the Arrow reader and the Arrow exporter
+ * alike. */
+#define EXT_NAME_KEY "ARROW:extension:name"
+#define EXT_META_KEY "ARROW:extension:metadata"
+#define EXT_NAME "devbuf.dtype"
+#define DEVICE_KEY "devbuf.device" /* the identifier behind ARROW_DEVICE_EXT_DEV */
+
 #endif /* DBP_ARROW_C_H */

@@ -20,7 +20,7 @@
  * honours it); a rebuild's upload is synchronous, so the unpickled buffer
  * is ready when loads returns. Objects are pinned while the GIL is
  * released, as everywhere in the bindings. */
-#include "dbp.h"
+#include "exporters/exporters.h"
 
 #include <stdlib.h>
 #include <string.h>

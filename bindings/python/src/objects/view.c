@@ -22,9 +22,9 @@
  * view, so the memory outlives any release rule of the consumer's, and the
  * view cannot be released while re-exported (BufferError), nor while a
  * GIL-free operation runs on it. */
-#include "dbp.h"
-#include "desc.h"    /* dbp_desc, the readers */
-#include "interop.h" /* dbp_interop_import */
+#include "objects/objects.h"
+#include "readers/readers.h" /* the Arrow reader, the exchange table of a type */
+#include "route/route.h"     /* dbp_interop_import */
 
 #include <string.h>
 

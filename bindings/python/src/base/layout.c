@@ -6,7 +6,7 @@
  * reads and writes past the allocation. dbp_layout_check is the single
  * place that says so; every constructor and reconstructor calls it, and
  * debug/sanitizer builds call it on every export too (DBP_CHECK_EXPORTS). */
-#include "dbp.h"
+#include "base/dbp.h"
 
 #include <string.h>
 

@@ -14,7 +14,7 @@
  * unregister_dtype_namespace, which releases the GIL while the registry
  * waits for interpret calls still running in it. (A libffi version that
  * also serves non-Python callers is a later issue.) */
-#include "dbp.h"
+#include "base/dbp.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * (ordinal 0) or "identifier:N" (dbp_device_get). Devices are cached in a
  * dict keyed by every spelling seen, so that the common case (the same
  * string again) is one dict lookup and Devices compare by identity. */
-#include "dbp.h"
+#include "base/dbp.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
-/* arrow.c: the Arrow C data / C device data interfaces through the Arrow
- * PyCapsule interface, the producer side (issue 18). See arrow.h and
- * docs/arrow.md.
+/* arrow_export.c: the Arrow C data / C device data interfaces through the
+ * Arrow PyCapsule interface, the producer side (issue 18); the reader is
+ * readers/arrow_import.c. See exporters/exporters.h and docs/arrow.md.
  *
  * Export: DeviceBuffer and DeviceView (C-contiguous, 1-d) get
  * __arrow_c_device_array__ and __arrow_c_array__. The exported array holds a
@@ -13,13 +13,13 @@
  *
  * Import (the reader, devbuf.from_arrow() and devbuf.ArrowArray) is
  * arrow_import.c. */
-#include "arrow.h"
+#include "exporters/exporters.h"
+#include "readers/readers.h" /* dbp_arrow_import_init */
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrow_c.h"
-#include "interop.h" /* dbp_buffer_error */
+#include "base/arrow_c.h"
 #include "devbuf/dlpack.h"
 
 

@@ -7,7 +7,7 @@
  *
  * Every instance carries .code (the DEVBUF_E* name) and .status (its number).
  * BufferError is raised where the buffer protocol says so (exports, flags). */
-#include "dbp.h"
+#include "base/dbp.h"
 
 PyObject *dbp_Error;
 PyObject *dbp_PluginError;
@@ -121,3 +121,9 @@ PyObject *dbp_raise_format(const char *fmt, size_t len, size_t offset, const dev
   Py_DECREF(exc);
   return NULL;
 }
+
+int dbp_buffer_error(const devbuf_error *err) {
+  PyErr_SetString(PyExc_BufferError, err->message);
+  return -1;
+}
+

@@ -1,6 +1,7 @@
-/* desc.h: the one description every import route fills. Not installed.
+/* desc.h: the one description every import route fills, the layer above
+ * base/. Not installed. desc.c calls only base/.
  *
- * A reader (dlpack_import.c for DLPack and its C exchange table,
+ * A reader (readers/: dlpack_import.c for DLPack and its C exchange table,
  * interface_import.c for the CUDA Array Interface and the array interface,
  * arrow_import.c for the Arrow PyCapsule interface) validates what its
  * producer handed over and fills a dbp_desc: device, pointer, shape,
@@ -19,8 +20,11 @@
 #ifndef DBP_DESC_H
 #define DBP_DESC_H
 
-#include "dbp.h"
+#include "base/dbp.h"
 #include "devbuf/dlpack.h"
+
+/* Py_ssize_t arrays are handed out as DLPack int64 arrays and back. */
+_Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "Py_ssize_t must be 64-bit");
 
 /* How the owner is released, and the route's name (DeviceView.imported.kind,
  * ForeignArray.kind). */
@@ -30,7 +34,8 @@ enum dbp_desc_kind {
   DBP_DESC_CAI = 3,             /* __cuda_array_interface__: the producer's reference */
   DBP_DESC_ARRAY_INTERFACE = 4, /* __array_interface__: the producer's reference */
   DBP_DESC_ARROW = 5            /* the moved Arrow (device) array: its release callback
-                                 * (`managed` is a dbp_arrow_owner, arrow_import.c); `event`
+                                 * (`managed` is a dbp_arrow_owner, arrow_import.c, freed
+                                 * by `release_owner`); `event`
                                  * is the producer's sync_event, never destroyed here */
 };
 
@@ -44,6 +49,10 @@ typedef struct dbp_desc {
   void *managed;            /* owner: DLManagedTensorVersioned* / DLManagedTensor* /
                              * dbp_arrow_owner*, or NULL */
   PyObject *source;         /* owner: the producer (kept alive), or NULL */
+  void (*release_owner)(void *managed); /* owner: the release the reader set with
+                             * `managed` (the Arrow reader's), or NULL: kind says (a
+                             * DLPack tensor's deleter). The description never knows
+                             * the readers. */
   void *event;              /* sync: owned event on `dev` that readers wait on, or NULL */
   void *stream;             /* sync: the producer's stream `event` was recorded on */
   const char *identifier;   /* interned identifier once info_ready */
@@ -106,42 +115,5 @@ const char *dbp_desc_kind_name(int kind);
  * dlpack_version, is_copied) of d. New reference, NULL with an exception. */
 PyObject *dbp_desc_import_info(const dbp_desc *d);
 int dbp_desc_init(PyObject *module);
-
-/* ---- foreign.c: devbuf.ForeignArray, the description as a public type ---- */
-typedef struct DbpForeign {
-  PyObject_HEAD
-  dbp_desc *d;              /* owned */
-  Py_ssize_t exports;       /* live buffer exports */
-  PyObject *weakreflist;
-} DbpForeign;
-
-extern PyTypeObject DbpForeign_Type;
-/* A ForeignArray owning `d` (on success only). */
-DbpForeign *dbp_foreign_wrap(dbp_desc *d);
-/* Wrap an owning versioned tensor (ownership passes to the new object on
- * success; on failure the caller still owns it). `producer` may be NULL. */
-DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *producer);
-int dbp_foreign_init(PyObject *module);
-
-/* ---- view.c ---------------------------------------------------------------- */
-/* A DeviceView owning `d` (taken on success and on failure: freed then).
- * `flags` adds request flags (PyBUF_WRITABLE). */
-DbpView *dbp_view_from_desc(dbp_desc *d, int flags);
-
-/* ---- the readers ----------------------------------------------------------- */
-/* interface_import.c: obj's __cuda_array_interface__ (cuda) or
- * __array_interface__ dict `dict`, described. NULL with an exception. */
-dbp_desc *dbp_interface_import(PyObject *obj, PyObject *dict, int cuda);
-/* arrow_import.c: obj's __arrow_c_device_array__ (else __arrow_c_array__)
- * array, moved into the description. NULL with an exception; NULL WITHOUT
- * one when obj has neither method and `need` is 0 (`need`: TypeError then,
- * as devbuf.from_arrow() says it). */
-dbp_desc *dbp_arrow_import(PyObject *obj, int need);
-/* The export of an Arrow description (an immutable, 1-d, contiguous array),
- * with devbuf.ArrowArray's checks and messages. As dbp_desc_export. */
-int dbp_arrow_desc_export(dbp_desc *d, Py_buffer *view, int flags);
-/* Release the moved Arrow array (its callback, once) and what the reader
- * kept beside it. */
-void dbp_arrow_owner_free(void *owner);
 
 #endif /* DBP_DESC_H */

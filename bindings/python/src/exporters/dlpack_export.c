@@ -12,8 +12,7 @@
  * when the consumer's max_version is (1, x) or newer, "dltensor" otherwise;
  * a consumer renames the capsule to "used_..." and the capsule's destructor
  * calls the deleter only for a capsule that was never consumed. */
-#include "desc.h"
-#include "interop.h"
+#include "exporters/exporters.h"
 
 #include <string.h>
 
@@ -74,11 +73,6 @@ static void block_delete(export_block *b) {
 }
 static void block_deleter_v(DLManagedTensorVersioned *m) { block_delete(m->manager_ctx); }
 static void block_deleter_l(DLManagedTensor *m) { block_delete(m->manager_ctx); }
-
-int dbp_buffer_error(const devbuf_error *err) {
-  PyErr_SetString(PyExc_BufferError, err->message);
-  return -1;
-}
 
 /* Where the exported memory lives. */
 typedef struct src_info {
@@ -894,9 +888,4 @@ int dbp_export_init(PyObject *module) {
   if (install(&DbpView_Type, &g_api_devbuf) < 0) return -1;
   if (install(&DbpForeign_Type, &g_api_foreign) < 0) return -1;
   return 0;
-}
-
-int dbp_interop_init(PyObject *module) {
-  if (dbp_import_init(module) < 0) return -1; /* readies ForeignArray first */
-  return dbp_export_init(module);
 }

@@ -5,8 +5,7 @@
  * which holds a reference to the producer. A CAI stream becomes an event
  * every reader waits on. NumPy's time types and ml_dtypes' types, which the
  * typestr cannot name, get their devbuf format. See docs/interop.md. */
-#include "desc.h"
-#include "interop.h"
+#include "readers/readers.h"
 
 #include <string.h>
 
