@@ -107,7 +107,10 @@ def objects(build):
             cm_dir = os.path.relpath(p[: p.index("/CMakeFiles/")], build)
             src = os.path.normpath(os.path.join("" if cm_dir == "." else cm_dir,
                                                 m.group(1).replace("__/", "../")))
-            out.setdefault(src, p)
+            # A warm build folder keeps the objects of files since moved or
+            # deleted: only sources that exist now count.
+            if os.path.exists(os.path.join(ROOT, src)):
+                out.setdefault(src, p)
     return out
 
 
