@@ -91,7 +91,7 @@ class Decl:
         return f, hits[0]
 
 
-def objects(build):
+def objects(build, tree=ROOT):
     """{source path relative to the repository: object path} for each .o of build."""
     out = {}
     for root, dirs, files in os.walk(build):
@@ -109,7 +109,7 @@ def objects(build):
                                                 m.group(1).replace("__/", "../")))
             # A warm build folder keeps the objects of files since moved or
             # deleted: only sources that exist now count.
-            if os.path.exists(os.path.join(ROOT, src)):
+            if os.path.exists(os.path.join(tree, src)):
                 out.setdefault(src, p)
     return out
 
@@ -191,10 +191,10 @@ def short(symbols_, n=4):
     return ", ".join(symbols_[:n]) + (f", +{len(symbols_) - n}" if len(symbols_) > n else "")
 
 
-def check(decl, build):
+def check(decl, build, root=ROOT):
     """Problems found (strings), the declared files and their use edges."""
     problems = []
-    objs = objects(build)
+    objs = objects(build, root)
     declared = {}
     for src, obj in objs.items():
         try:
@@ -310,12 +310,13 @@ def main():
     ap.add_argument("--write-docs", action="store_true", help="regenerate docs/architecture.{dot,svg}")
     ap.add_argument("--check-docs", action="store_true", help="fail when docs/architecture.{dot,svg} are stale")
     ap.add_argument("--decl", default=DECL, help="the declaration (default: scripts/layers.toml)")
+    ap.add_argument("--root", default=ROOT, help="the source tree the build was made from")
     args = ap.parse_args()
     if shutil.which("nm") is None:
         print("layers: nm (binutils) is not installed", file=sys.stderr)
         return 2
     decl = Decl(args.decl)
-    problems, declared, edges = check(decl, args.build)
+    problems, declared, edges = check(decl, args.build, args.root)
     nfolders = len(decl.folders)
     nlayers = sum(len(f["layers"]) for f in decl.folders)
     text = dot_text(decl, edges)

@@ -38,8 +38,10 @@ def make_build(tmp_path, sources):
     build = tmp_path / "build"
     objdir = build / "pkg" / "CMakeFiles" / "pkg.dir" / "src"
     objdir.mkdir(parents=True)
+    srcdir = tmp_path / "pkg" / "src"
+    srcdir.mkdir(parents=True)
     for name, text in sources.items():
-        c = tmp_path / name
+        c = srcdir / name
         c.write_text(textwrap.dedent(text))
         subprocess.run(["cc", "-c", str(c), "-o", str(objdir / (name + ".o"))], check=True)
     return build
@@ -48,7 +50,7 @@ def make_build(tmp_path, sources):
 def run(tmp_path, build, decl=DECL):
     d = tmp_path / "layers.toml"
     d.write_text(decl)
-    return subprocess.run([sys.executable, SCRIPT, str(build), "--decl", str(d)],
+    return subprocess.run([sys.executable, SCRIPT, str(build), "--decl", str(d), "--root", str(tmp_path)],
                           capture_output=True, text=True)
 
 
