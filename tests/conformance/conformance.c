@@ -232,8 +232,10 @@ static int check_properties(ctx *c) {
           (unsigned long long)p->total_memory);
   REQUIRE(is_pow2(p->alloc_alignment), "alloc_alignment %u is not a power of two",
           p->alloc_alignment);
+  /* The runtime's rule (core/src/backend.c): -1, or a DLDeviceType of devbuf/dlpack.h. */
   REQUIRE(p->dlpack_device_type == -1 ||
-              (p->dlpack_device_type >= 1 && p->dlpack_device_type <= 17),
+              (p->dlpack_device_type >= 1 && p->dlpack_device_type <= 4) ||
+              (p->dlpack_device_type >= 7 && p->dlpack_device_type <= 21),
           "dlpack_device_type %d is not a DLDeviceType", p->dlpack_device_type);
   REQUIRE(p->dlpack_device_type != DEVBUF_DL_CPU || (p->flags & DEVBUF_DEVICE_HOST_ACCESSIBLE),
           "dlpack type kDLCPU but not host-accessible");
@@ -1749,7 +1751,16 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout, argv[0]);
       return 0;
-    } else if (argv[i][0] == '-' || spec != NULL) {
+    } else if (argv[i][0] != '-' && spec != NULL) {
+      /* `--payload A B NS`: each value wants its own --payload. */
+      fprintf(stderr, "%s: unexpected argument '%s' after '%s': one %s only%s\n", argv[0],
+              argv[i], spec, dtype || d->npayloads ? "NAMESPACE" : "IDENTIFIER",
+              d->npayloads ? "; --payload takes one value, so repeat it: --payload A "
+                             "--payload B NAMESPACE"
+                           : "");
+      usage(stderr, argv[0]);
+      return 2;
+    } else if (argv[i][0] == '-') {
       usage(stderr, argv[0]);
       return 2;
     } else {

@@ -539,6 +539,35 @@ def case_ext_functions():
           "-v: cut table noted", v.stdout)
 
 
+def case_props_layout():
+    """A device_props the plugin did not lay out as in C (a Rust struct
+    without #[repr(C)]) is refused by the runtime's checks, so the listing
+    shows an error and exits 1, not "ok" with a garbage name."""
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("props_not_repr_c"))
+    p, doc = run_json([], env)
+    validate(doc)
+    check(p.returncode == 1, "exit status 1 (got %d)" % p.returncode, p.stdout)
+    pl = [x for x in doc["plugins"] if x["name"] == "broken32"][0]
+    check(pl["status"] == "probe_failed", "status probe_failed, not ok", p.stdout)
+    t = run([], env)
+    check("#[repr(C)]" in squash(t.stdout) and "alloc_alignment 0" in t.stdout,
+          "the reason names the field and the likely cause", t.stdout)
+
+
+def case_not_a_table():
+    """A table the message calls "not a devbuf plugin table" has no ABI:
+    --json says null and the ABI column "-", not half a pointer."""
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("not_repr_c"))
+    p, doc = run_json([], env)
+    validate(doc)
+    pl = [x for x in doc["plugins"] if x["path"].endswith("devbuf_plugin_not_repr_c.so")][0]
+    check("not a devbuf plugin table" in pl["load_error"]["message"], "the load error", p.stdout)
+    check(pl["abi"] is None, "abi null, not %r" % (pl["abi"],), p.stdout)
+    t = run([], env)
+    row = [ln.split() for ln in t.stdout.splitlines() if ln.strip().startswith("(not_repr_c)")]
+    check(row and row[0][2] == "-", "ABI column '-' (NAME VERSION ABI ...)", t.stdout)
+
+
 def case_fork_safety():
     """A plugin whose runtime starts threads when it is loaded (Go's, a CUDA
     driver after cuInit) hangs in a process forked after loading it. The
