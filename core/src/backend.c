@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devbuf/dlpack.h"
 #include "internal.h"
 
 /* ---- allocation map ---------------------------------------------------------- */
@@ -123,6 +124,65 @@ static int plugin_failed(const devbuf_device *dev, const char *op, int rc, devbu
     if (rc_) return plugin_failed((dev), op, rc_, err);                                 \
   } while (0)
 
+/* Is `s` a NUL-terminated string within its `cap` bytes, without control
+ * characters (UTF-8 is allowed)? The offending byte's offset in *bad. */
+static int props_string_ok(const char *s, size_t cap, size_t *bad) {
+  for (size_t i = 0; i < cap; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch == 0) return 1;
+    if (ch < 0x20 || ch == 0x7f) {
+      *bad = i;
+      return 0;
+    }
+  }
+  *bad = cap;
+  return 0;
+}
+
+/* -1 (none) or a DLDeviceType that DLPack defines (devbuf/dlpack.h). */
+static int props_dlpack_known(int32_t t) {
+  return t == -1 || (t >= kDLCPU && t <= kDLOpenCL) || (t >= kDLVulkan && t <= kDLAscend);
+}
+
+#define PROPS_LAYOUT_HINT                                                                  \
+  " (is devbuf_device_props laid out as in devbuf/plugin.h? In Rust it needs #[repr(C)])"
+
+static int props_layout_check(const devbuf_device *dev, devbuf_device_props *props,
+                              devbuf_error *err) {
+  devbuf_backend *pb = dev->backend;
+  size_t bad = 0;
+  if (props->alloc_alignment == 0)
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "%s:%d: device_props: plugin '%s' reports alloc_alignment 0: it must "
+                            "be the alignment mem_alloc guarantees, a power of two (1 if none)"
+                            PROPS_LAYOUT_HINT,
+                            dev->identifier, dev->ordinal, pb->name);
+  static const struct { const char *what; size_t off, cap; } strs[] = {
+      {"name", offsetof(devbuf_device_props, name), sizeof props->name},
+      {"vendor", offsetof(devbuf_device_props, vendor), sizeof props->vendor}};
+  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+    const char *str = (const char *)props + strs[i].off;
+    if (props_string_ok(str, strs[i].cap, &bad)) continue;
+    if (bad == strs[i].cap)
+      return devbuf_error_set(err, DEVBUF_EABI,
+                              "%s:%d: device_props: plugin '%s' reports a %s with no terminating "
+                              "NUL within its %zu bytes" PROPS_LAYOUT_HINT,
+                              dev->identifier, dev->ordinal, pb->name, strs[i].what, strs[i].cap);
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "%s:%d: device_props: plugin '%s' reports a %s with control character "
+                            "0x%02x at byte %zu" PROPS_LAYOUT_HINT,
+                            dev->identifier, dev->ordinal, pb->name, strs[i].what,
+                            (unsigned)(unsigned char)str[bad], bad);
+  }
+  if (!props_dlpack_known(props->dlpack_device_type))
+    return devbuf_error_set(err, DEVBUF_EABI,
+                            "%s:%d: device_props: plugin '%s' reports dlpack_device_type %d, which "
+                            "is neither -1 nor a DLPack DLDeviceType" PROPS_LAYOUT_HINT,
+                            dev->identifier, dev->ordinal, pb->name,
+                            (int)props->dlpack_device_type);
+  return DEVBUF_OK;
+}
+
 int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props,
                             devbuf_error *err) {
   if (props == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "device_props: props is NULL");
@@ -145,11 +205,10 @@ int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props
                             dev->identifier, dev->ordinal, pb->name,
                             (unsigned long long)props->free_memory,
                             (unsigned long long)props->total_memory);
-  /* A plugin that fills a name to the brim must not hand callers an
-   * unterminated string (found by fuzz_plugin_table). */
-  props->name[sizeof props->name - 1] = '\0';
-  props->vendor[sizeof props->vendor - 1] = '\0';
-  return DEVBUF_OK;
+  /* One rule with the conformance suite's `properties` check (issue 42):
+   * a struct the plugin did not lay out as in C (a Rust struct without
+   * #[repr(C)]) reads as garbage here, and must not list as a working device. */
+  return props_layout_check(dev, props, err);
 }
 
 /* The alignment `dev`'s allocations must have when its pointers are

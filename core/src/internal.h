@@ -79,6 +79,10 @@ extern devbuf_runtime devbuf__rt;
 
 /* util.c */
 char *devbuf__strdup(const char *s);
+/* suggest.c: near-miss suggestions for a name that was not found. */
+int devbuf__near_miss(const char *wanted, const char *known);
+void devbuf__suggest(const char *wanted, const char *const *known, size_t n, char *out,
+                     size_t cap);
 char *devbuf__printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int devbuf__printable(const char *s, size_t max);
 int devbuf__status_known(int code);

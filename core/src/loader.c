@@ -201,8 +201,7 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
    * a few hundred bytes (a future one, a few KiB) and real majors small. */
   if (size > DEVBUF_PLUGIN_TABLE_PLAUSIBLE_MAX || table->abi_major == 0 ||
       table->abi_major > DEVBUF_PLUGIN_ABI_PLAUSIBLE_MAX) {
-    b->abi_major = table->abi_major;
-    b->abi_minor = table->abi_minor;
+    /* Not a table: its "ABI" is garbage, not recorded (0.0 = unknown). */
     char what[96];
     if (size > DEVBUF_PLUGIN_TABLE_PLAUSIBLE_MAX)
       snprintf(what, sizeof what, "struct_size %u is implausible", (unsigned)size);

@@ -53,14 +53,25 @@ int devbuf_identifier_lookup(const char *identifier, const char **interned,
      * rather than leave the caller to find it in a listing (issue 22). */
     const devbuf_backend *why = failed_candidate(identifier);
     size_t nfailed = count_failed();
+    /* A near miss among the registered identifiers (suggest.c). */
+    const char *known[64];
+    size_t nk = 0;
+    for (size_t i = 0, total = devbuf__ident_count(); i < total && nk < 64; i++) {
+      size_t owner;
+      const char *id = devbuf__ident_get(i, &owner);
+      if (id != NULL) known[nk++] = id;
+    }
+    char hint[DEVBUF_IDENTIFIER_MAX * 2 + 160];
+    devbuf__suggest(identifier, known, nk, hint, sizeof hint);
     if (why != NULL)
       return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                              "no plugin implements device identifier '%s'; %zu plugin%s failed "
+                              "no plugin implements device identifier '%s'%s; %zu plugin%s failed "
                               "to load, e.g. %s: %s (devbuf-info lists them all)",
-                              identifier, nfailed, nfailed == 1 ? "" : "s", why->path, why->reason);
+                              identifier, hint, nfailed, nfailed == 1 ? "" : "s", why->path,
+                              why->reason);
     return devbuf_error_set(err, DEVBUF_ENOTFOUND,
-                            "no plugin implements device identifier '%s' (devbuf-info lists "
-                            "the registered ones and why a plugin did not load)", identifier);
+                            "no plugin implements device identifier '%s'%s (devbuf-info lists "
+                            "the registered ones and why a plugin did not load)", identifier, hint);
   }
   return DEVBUF_OK;
 }

@@ -49,6 +49,9 @@
 #define K_SLOT_ABORT 28       /* copy_h2d aborts, as a Rust panic across extern "C" does */
 #define K_SLOT_SEGV 29        /* event_record dereferences a bad pointer */
 #define K_SLOT_HANG 30        /* event_synchronize never returns */
+/* Issue 42. */
+#define K_ALLOC_1M_FAILS 31   /* mem_alloc refuses 1 MiB and more: out of device memory */
+#define K_PROPS_NOT_REPR_C 32 /* device_props written through another field order (Rust, no #[repr(C)]) */
 
 static int count_fn(void *s, int *count, devbuf_error *err) {
 #if BROKEN_KIND == K_COUNT_NOMSG
@@ -67,6 +70,30 @@ static int count_fn(void *s, int *count, devbuf_error *err) {
 static int props_fn(void *s, int d, devbuf_device_props *p, devbuf_error *err) {
 #if BROKEN_KIND == K_PROPS_REFUSED
   return devbuf_error_set(err, DEVBUF_EBACKEND, "props: simulated refusal of device %d", d);
+#endif
+#if BROKEN_KIND == K_PROPS_NOT_REPR_C
+  /* The fields as rustc may order a struct without #[repr(C)]: the 64-bit
+   * fields first, so the host's "name" starts inside total_memory and its
+   * alloc_alignment and dlpack_device_type fall in the vendor's zeros. */
+  struct {
+    uint64_t total_memory, free_memory;
+    uint32_t struct_size, flags, alloc_alignment;
+    int32_t dlpack_device_type, dlpack_device_id;
+    char name[128], vendor[64];
+  } rust;
+  memset(&rust, 0, sizeof rust);
+  rust.total_memory = (uint64_t)8 << 30; /* 8 GiB: the "name" begins with byte 0x02 */
+  rust.free_memory = (uint64_t)6 << 30;
+  rust.struct_size = (uint32_t)sizeof *p;
+  rust.flags = DEVBUF_DEVICE_HOST_ACCESSIBLE;
+  rust.alloc_alignment = 16;
+  rust.dlpack_device_type = -1;
+  strcpy(rust.name, "test double");
+  strcpy(rust.vendor, "devbuf tests");
+  memcpy((char *)p + sizeof p->struct_size, &rust,
+         sizeof *p - sizeof p->struct_size < sizeof rust ? sizeof *p - sizeof p->struct_size
+                                                          : sizeof rust);
+  return DEVBUF_OK;
 #endif
   strcpy(p->name, "test double");
   strcpy(p->vendor, "devbuf tests");
@@ -87,6 +114,10 @@ static int free_fn(void *s, int d, void *p, void *st, devbuf_error *err) {
 }
 #else
 static int alloc_fn(void *s, int d, size_t n, size_t a, void *st, void **p, devbuf_error *err) {
+#if BROKEN_KIND == K_ALLOC_1M_FAILS
+  if (n >= (size_t)1 << 20)
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: %zu bytes: out of device memory", n);
+#endif
   *p = malloc(n ? n : 1);
   return *p ? DEVBUF_OK : devbuf_error_set(err, DEVBUF_ENOMEM, "mem_alloc: malloc failed");
 }

@@ -232,8 +232,10 @@ static int check_properties(ctx *c) {
           (unsigned long long)p->total_memory);
   REQUIRE(is_pow2(p->alloc_alignment), "alloc_alignment %u is not a power of two",
           p->alloc_alignment);
+  /* The runtime's rule (core/src/backend.c): -1, or a DLDeviceType of devbuf/dlpack.h. */
   REQUIRE(p->dlpack_device_type == -1 ||
-              (p->dlpack_device_type >= 1 && p->dlpack_device_type <= 17),
+              (p->dlpack_device_type >= 1 && p->dlpack_device_type <= 4) ||
+              (p->dlpack_device_type >= 7 && p->dlpack_device_type <= 21),
           "dlpack_device_type %d is not a DLDeviceType", p->dlpack_device_type);
   REQUIRE(p->dlpack_device_type != DEVBUF_DL_CPU || (p->flags & DEVBUF_DEVICE_HOST_ACCESSIBLE),
           "dlpack type kDLCPU but not host-accessible");
@@ -525,25 +527,42 @@ static int check_sync_before_host_read(ctx *c) {
   return result(c, PASS, "event_query polled busy %d time(s)", busy);
 }
 
-/* Pinned (or plain) host staging from the runtime. */
+/* Pinned (or plain) host staging from the runtime. Once host_alloc has
+ * succeeded, every step runs only while the previous ones did, and the
+ * staging buffer is freed whatever failed: an early return would leave it
+ * alive for no_leaks to blame on this check. Each step is noted with
+ * doing(), so that a crash names the call it happened in. */
 static int check_host_staging(ctx *c) {
   enum { N = 1 << 20 };
-  void *hp = NULL, *d;
+  void *hp = NULL, *d = NULL;
   unsigned char *h = hbuf(c, N);
   REQUIRE(h, "host memory");
   fill(h, N, 41);
   OK(devbuf_host_alloc(&c->dev, N, &hp, &c->err));
   REQUIRE(hp != NULL, "host_alloc gave NULL");
-  OK(dalloc(c, N, 0, NULL, &d));
-  int rc = DEVBUF_OK;
+  int rc = DEVBUF_OK, line = 0;
+  const char *what = "";
   devbuf_error_clear(&c->err);
-  if (!rc) rc = devbuf_copy_h2d(&c->dev, d, 0, h, N, NULL, &c->err);
-  if (!rc) rc = devbuf_copy_d2h(&c->dev, hp, d, 0, N, NULL, &c->err);
-  if (!rc) rc = devbuf_stream_synchronize(&c->dev, NULL, &c->err);
+#define STAGING_STEP(expr)  \
+  if (rc == DEVBUF_OK) {    \
+    line = __LINE__;        \
+    what = #expr;           \
+    doing(__LINE__, #expr); \
+    rc = (expr);            \
+  }
+  STAGING_STEP(dalloc(c, N, 0, NULL, &d))
+  STAGING_STEP(devbuf_copy_h2d(&c->dev, d, 0, h, N, NULL, &c->err))
+  STAGING_STEP(devbuf_copy_d2h(&c->dev, hp, d, 0, N, NULL, &c->err))
+  STAGING_STEP(devbuf_stream_synchronize(&c->dev, NULL, &c->err))
+#undef STAGING_STEP
   long diff = rc ? -1 : first_diff(hp, h, N);
   devbuf_error e2;
+  devbuf_error_clear(&e2);
+  doing(__LINE__, "devbuf_host_free(&c->dev, hp, &e2)");
   int frc = devbuf_host_free(&c->dev, hp, &e2);
-  REQUIRE(rc == DEVBUF_OK, "copy through staging: %s: %s", devbuf_status_name(rc), c->err.message);
+  if (rc != DEVBUF_OK)
+    return result(c, FAIL, "line %d: %s returned %s: %s", line, what, devbuf_status_name(rc),
+                  c->err.message);
   REQUIRE(diff < 0, "staging buffer differs at byte %ld", diff);
   REQUIRE(frc == DEVBUF_OK, "host_free: %s", e2.message);
   return PASS;
@@ -986,6 +1005,15 @@ static int open_device(ctx *c, const char *spec, int allow_no_device, int say) {
       const char *reason = strstr(err.message, "no device: ");
       reason = reason ? reason + strlen("no device: ") : err.message;
       printf("no device, because %s\n", reason);
+      /* A plugin with no device must say why: the runtime's stand-ins for a
+       * missing message (core/src/runtime.c) are no reason, and fail even
+       * with --allow-no-device. */
+      if (strstr(reason, "(no message)") != NULL || strstr(reason, "gives no reason") != NULL) {
+        printf("FAIL device: %s has no device and its plugin gave no reason (device_count "
+               "returned DEVBUF_ENODEV with an empty message; say why in err, e.g. which "
+               "driver library or device node is missing)\n", spec);
+        return OPEN_FAILED;
+      }
       if (allow_no_device) return OPEN_NO_DEVICE_ALLOWED;
       printf("FAIL device: %s has no device (run with --allow-no-device to accept that)\n", spec);
     } else {
@@ -1723,7 +1751,16 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout, argv[0]);
       return 0;
-    } else if (argv[i][0] == '-' || spec != NULL) {
+    } else if (argv[i][0] != '-' && spec != NULL) {
+      /* `--payload A B NS`: each value wants its own --payload. */
+      fprintf(stderr, "%s: unexpected argument '%s' after '%s': one %s only%s\n", argv[0],
+              argv[i], spec, dtype || d->npayloads ? "NAMESPACE" : "IDENTIFIER",
+              d->npayloads ? "; --payload takes one value, so repeat it: --payload A "
+                             "--payload B NAMESPACE"
+                           : "");
+      usage(stderr, argv[0]);
+      return 2;
+    } else if (argv[i][0] == '-') {
       usage(stderr, argv[0]);
       return 2;
     } else {

@@ -4,11 +4,15 @@
 #
 #   example_plugin.sh rust SRC_DIR OUT_DIR CONFORMANCE LAYOUT_EXE [CARGO]
 #   example_plugin.sh cpp  SRC_DIR OUT_DIR CONFORMANCE INCLUDE_DIR [CXX]
+#   example_plugin.sh go   SRC_DIR OUT_DIR CONFORMANCE INCLUDE_DIR [GO] [DEVBUF_INFO]
+#
+# The Go plugin is also probed by devbuf-info ten times: the Go runtime
+# starts when the library is loaded, and a probe must load it afresh.
 #
 # A missing toolchain is a skip with its reason (exit 77, ctest's
 # SKIP_RETURN_CODE), never a pass. Everything built lands in OUT_DIR (cargo's
 # target directory too); nothing is fetched (cargo --offline --locked).
-lang=$1 src=$2 out=$3 conf=$4 aux=$5 tool=$6
+lang=$1 src=$2 out=$3 conf=$4 aux=$5 tool=$6 info=$7
 skip() { echo "SKIP example_$lang: $*"; exit 77; }
 fail() { echo "FAIL example_$lang: $*"; exit 1; }
 mkdir -p "$out" || fail "cannot create $out"
@@ -43,6 +47,13 @@ case $lang in
       "-Wl,--version-script=$src/plugin.map" -I"$aux" -o "$plugin" "$src/plugin.cpp" ||
       fail "$cxx -std=c++17 -Werror failed"
     id=example.cpp ;;
+  go)
+    go=$tool
+    [ -n "$go" ] && [ -x "$go" ] || go=$(command -v go 2>/dev/null)
+    [ -n "$go" ] || skip "no go (not on PATH): install Debian's golang-go to build docs/examples/plugin-go"
+    PATH=$(dirname "$go"):$PATH sh "$src/build.sh" "$aux" "$out" || fail "go build -buildmode=c-shared failed"
+    plugin=$out/devbuf_plugin_go.so
+    id=example.go ;;
   *) fail "unknown language '$lang'" ;;
 esac
 
@@ -53,3 +64,14 @@ echo "$res"
 [ $rc -eq 0 ] || fail "conformance exit status $rc"
 echo "$res" | tail -n 1 | grep -Eq '^[0-9]+ passed, 0 failed, 0 skipped$' || fail "not every check passed"
 echo "example_$lang: $plugin passes conformance"
+if [ "$lang" = go ] && [ -n "$info" ]; then
+  ok=0
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    st=$(DEVBUF_NO_DEFAULT_PLUGINS=1 DEVBUF_PLUGIN_PATH= DEVBUF_PLUGINS=$plugin "$info" --json \
+           --timeout 10 2>/dev/null | grep -o '"status": *"[a-z_]*"' | head -n 1)
+    echo "probe $i: $st"
+    case $st in *'"ok"') ok=$((ok + 1)) ;; esac
+  done
+  echo "example_go: devbuf-info probed the Go plugin ok $ok of 10 times"
+  [ $ok -eq 10 ] || fail "devbuf-info probed it ok only $ok of 10 times"
+fi

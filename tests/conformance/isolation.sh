@@ -21,7 +21,7 @@ for c in properties error_bad_ordinal error_free; do
 done
 case $mode in
   abort) want='crashed: SIGABRT \(.*\), while doing line [0-9]+: devbuf_copy_h2d\('
-         checks='alloc_free copy_roundtrip copy_offsets stream_ordering' ;;
+         checks='alloc_free copy_roundtrip copy_offsets stream_ordering host_staging' ;;
   segv)  if echo "$san" | grep -q address; then
            want='its process exited with status 1 before the check ended .*, while doing line [0-9]+: devbuf_event_record\('
          else

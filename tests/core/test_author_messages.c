@@ -44,6 +44,42 @@ static void test_not_a_table(void) {
   CHECK_HAS(err.message, "devbuf_plugin_not_repr_c.so: this is not a devbuf plugin table (");
   CHECK_HAS(err.message, " is implausible; is the table laid out as in plugin.h, e.g. #[repr(C)]?");
   CHECK(strstr(err.message, "rebuild") == NULL, "no advice to rebuild: %s", err.message);
+  /* Not a table, so no ABI either: listings show none rather than half a
+   * pointer (issue 42). */
+  devbuf_plugin_info info = {.struct_size = sizeof info};
+  CHECK_OK(devbuf_plugin_info_get(idx, &info, &err), &err);
+  CHECK(info.abi_major == 0 && info.abi_minor == 0, "ABI %u.%u recorded for a non-table",
+        info.abi_major, info.abi_minor);
+}
+
+/* An identifier that is not found, but a near miss of one that is: the
+ * error suggests it (issue 42). A registered name that extends the asked one
+ * is what an identifier without its NUL looks like when the loader cannot
+ * tell (rustc placed other strings after it: "rustdev.hostsrc/lib.rs"). */
+static void test_near_miss(void) {
+  devbuf_error err;
+  size_t idx;
+  CHECK_OK(load("good", &idx, &err), &err);
+  devbuf_device dev;
+  devbuf_error_clear(&err);
+  int rc = devbuf_device_open("test.kind1", &dev, &err);
+  CHECK(rc == DEVBUF_ENOTFOUND, "rc %s", devbuf_status_name(rc));
+  CHECK_HAS(err.message, "no plugin implements device identifier 'test.kind1' (did you mean "
+                         "'test.kind17'?");
+  CHECK_HAS(err.message, "its identifier string may lack its terminating NUL");
+  devbuf_error_clear(&err);
+  rc = devbuf_device_open("test.kidn17", &dev, &err);
+  CHECK(rc == DEVBUF_ENOTFOUND, "rc %s", devbuf_status_name(rc));
+  CHECK_HAS(err.message, "'test.kidn17' (did you mean 'test.kind17'?)");
+  devbuf_error_clear(&err);
+  rc = devbuf_device_open("cpv", &dev, &err);
+  CHECK(rc == DEVBUF_ENOTFOUND, "rc %s", devbuf_status_name(rc));
+  CHECK_HAS(err.message, "'cpv' (did you mean 'cpu'?)");
+  devbuf_error_clear(&err);
+  rc = devbuf_device_open("nothing.like.it", &dev, &err);
+  CHECK(rc == DEVBUF_ENOTFOUND, "rc %s", devbuf_status_name(rc));
+  CHECK(strstr(err.message, "did you mean") == NULL, "no suggestion for a far name: %s",
+        err.message);
 }
 
 /* A pointer one byte past what mem_alloc should have returned. */
@@ -123,6 +159,7 @@ int main(int argc, char **argv) {
   else if (strcmp(c, "misaligned") == 0) RUN(test_misaligned_allocation);
   else if (strcmp(c, "dangling") == 0) RUN(test_dangling_version);
   else if (strcmp(c, "libprefix") == 0) RUN(test_lib_prefix_in_search_dir);
+  else if (strcmp(c, "nearmiss") == 0) RUN(test_near_miss);
   else {
     fprintf(stderr, "unknown case '%s'\n", c);
     return 2;

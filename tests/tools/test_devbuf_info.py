@@ -539,6 +539,62 @@ def case_ext_functions():
           "-v: cut table noted", v.stdout)
 
 
+def case_props_layout():
+    """A device_props the plugin did not lay out as in C (a Rust struct
+    without #[repr(C)]) is refused by the runtime's checks, so the listing
+    shows an error and exits 1, not "ok" with a garbage name."""
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("props_not_repr_c"))
+    p, doc = run_json([], env)
+    validate(doc)
+    check(p.returncode == 1, "exit status 1 (got %d)" % p.returncode, p.stdout)
+    pl = [x for x in doc["plugins"] if x["name"] == "broken32"][0]
+    check(pl["status"] == "probe_failed", "status probe_failed, not ok", p.stdout)
+    t = run([], env)
+    check("#[repr(C)]" in squash(t.stdout) and "alloc_alignment 0" in t.stdout,
+          "the reason names the field and the likely cause", t.stdout)
+
+
+def case_not_a_table():
+    """A table the message calls "not a devbuf plugin table" has no ABI:
+    --json says null and the ABI column "-", not half a pointer."""
+    env = dict(EMPTY, DEVBUF_PLUGINS=broken("not_repr_c"))
+    p, doc = run_json([], env)
+    validate(doc)
+    pl = [x for x in doc["plugins"] if x["path"].endswith("devbuf_plugin_not_repr_c.so")][0]
+    check("not a devbuf plugin table" in pl["load_error"]["message"], "the load error", p.stdout)
+    check(pl["abi"] is None, "abi null, not %r" % (pl["abi"],), p.stdout)
+    t = run([], env)
+    row = [ln.split() for ln in t.stdout.splitlines() if ln.strip().startswith("(not_repr_c)")]
+    check(row and row[0][2] == "-", "ABI column '-' (NAME VERSION ABI ...)", t.stdout)
+
+
+def case_fork_safety():
+    """A plugin whose runtime starts threads when it is loaded (Go's, a CUDA
+    driver after cuInit) hangs in a process forked after loading it. The
+    probes load each plugin afresh in their own process, so it probes "ok",
+    every time; a hang in loading is reported as one, with the plugin's name."""
+    h = subprocess.run([args.fork_hazard, args.load_thread], capture_output=True, text=True,
+                       timeout=30)
+    check(h.returncode == 0, "the test plugin reproduces the fork hazard", h.stdout + h.stderr)
+    env = dict(EMPTY, DEVBUF_PLUGINS=args.load_thread)
+    for i in range(10):
+        p, doc = run_json(["--timeout", "10"], env, timeout=40)
+        st = {pl["name"]: pl for pl in doc["plugins"]}
+        check(p.returncode == 0 and st["load_thread"]["status"] == "ok",
+              "run %d of 10: load_thread probes ok (exit %d)" % (i + 1, p.returncode),
+              p.stdout + p.stderr)
+    validate(doc)
+    check([d["device"] for d in doc["devices"]] == ["test.load_thread:0"],
+          "its device is listed", p.stdout)
+    # The same through --plugin, and in the text listing.
+    t = run(["--plugin", args.load_thread], EMPTY)
+    check(t.returncode == 0 and "test.load_thread:0" in t.stdout, "--plugin: listed", t.both)
+    # A hang while loading names the plugin and the step.
+    c = run(["--timeout", "1"], dict(EMPTY, DEVBUF_PLUGINS=broken("hang_probe")), timeout=30)
+    check(squash("device_count of broken19 did not return") in squash(c.stdout),
+          "a hang names the call and the plugin", c.stdout)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
@@ -551,6 +607,9 @@ def main():
     ap.add_argument("--chatty", required=True, help="tests/tools/chatty_plugin.c, built")
     ap.add_argument("--thread-state", required=True,
                     help="tests/tools/chatty_plugin.c built with DEVBUF_TOOLS_THREAD_STATE")
+    ap.add_argument("--load-thread", required=True,
+                    help="tests/tools/load_thread_plugin.c, built")
+    ap.add_argument("--fork-hazard", required=True, help="tests/tools/fork_hazard.c, built")
     ap.add_argument("case", choices=sorted(CASES))
     args = ap.parse_args()
     try:

@@ -2,9 +2,14 @@
  *
  * Device probing is the only step that runs driver code (a plugin's
  * device_count may initialise CUDA, an OpenCL ICD, ...). By default (the
- * same as --isolate) each loaded plugin is probed in a forked child
- * that writes fixed-size records into a pipe, so that a driver which crashes
- * or never returns costs one child, not the listing. All children run at
+ * same as --isolate) each loaded plugin is probed in a child process that
+ * loads that one plugin afresh (devbuf-info run again with the hidden
+ * --probe-one mode, started with posix_spawn) and writes fixed-size records
+ * into a pipe, so that a driver which crashes or never returns costs one
+ * child, not the listing. The child never inherits a loaded plugin: a
+ * runtime that starts threads when its library is loaded (Go's, a CUDA
+ * driver after cuInit) has no threads in a forked copy, and the copy's first
+ * call into it waits forever. All children run at
  * once and share one deadline, so the whole probe is bounded by --timeout
  * however many plugins hang. Children are also faster than probing here:
  * they _exit() without running the drivers' teardown. --in-process probes
@@ -14,6 +19,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -99,6 +106,20 @@ static void set_reason(info_plugin *p, const char *msg) {
 
 static void probe_plugin_untimed(info_plugin *p);
 
+/* In a --probe-one child: the pipe to the parent, where one byte before each
+ * step says what the child is about to do (STAGE_*), so that a hang or a
+ * crash is reported with the call it happened in. -1 elsewhere. */
+static int g_stage_fd = -1;
+#define STAGE_LOAD 'l'  /* loading the plugin: its entry symbol and init */
+#define STAGE_COUNT 'c' /* device_count */
+#define STAGE_PROPS 'p' /* device_open_ordinal + device_props */
+
+static void stage(char what) {
+  if (g_stage_fd < 0) return;
+  ssize_t w;
+  do w = write(g_stage_fd, &what, 1); while (w < 0 && errno == EINTR);
+}
+
 /* Probe one plugin in this process: device count, then each device's props. */
 static void probe_plugin(info_plugin *p) {
   double t0 = now_ms();
@@ -138,6 +159,7 @@ static void probe_plugin_untimed(info_plugin *p) {
   devbuf_error e;
   devbuf_error_clear(&e);
   int n = 0;
+  stage(STAGE_COUNT);
   int rc = devbuf_plugin_device_count(p->index, &n, &e);
   p->probe_status = rc;
   if (rc != DEVBUF_OK) {
@@ -156,6 +178,7 @@ static void probe_plugin_untimed(info_plugin *p) {
     devbuf_device dev;
     dv->ordinal = (int)d;
     devbuf_error_clear(&e);
+    stage(STAGE_PROPS);
     rc = devbuf_device_open_ordinal(p->primary_id, (int)d, &dev, &e);
     if (rc == DEVBUF_OK) {
       dv->props.struct_size = sizeof dv->props;
@@ -202,28 +225,70 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 0;
 }
 
-/* In the child: probe, send, and leave without running atexit handlers or
- * plugin destructors (they belong to the parent). */
-static void child_probe(info_plugin *p, int fd) {
+/* The file descriptor a --probe-one child writes its records to. */
+#define PROBE_FD 3
+
+/* `devbuf-info --probe-one NAME PATH SOURCE`: the child's side. Load the
+ * plugin afresh, probe it, send stage bytes and the records to PROBE_FD, and
+ * leave without running atexit handlers or plugin destructors. A plugin of
+ * devbuf's own directories (SOURCE "install" or "build tree") comes from the
+ * runtime's default loading, which alone grants those privileges (the `cpu`
+ * identifier); any other is loaded from PATH alone, with nothing else. */
+int info_probe_one(const char *name, const char *path, const char *source) {
   struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core); /* a crashing driver should not dump core */
   /* Die of the signal itself, so that the parent can name it: no handler
-   * inherited from the parent (or installed by a sanitizer) may turn a
-   * crash into an ordinary exit. */
+   * (one a sanitizer installs, say) may turn a crash into an ordinary exit. */
   static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS};
   for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
-  probe_plugin(p);
+  g_stage_fd = PROBE_FD;
+  int own = strcmp(source, "install") == 0 || strcmp(source, "build tree") == 0;
+  /* The others are probed by children of their own. */
+  if (!own) setenv("DEVBUF_NO_DEFAULT_PLUGINS", "1", 1);
+  unsetenv("DEVBUF_PLUGINS");
+  unsetenv("DEVBUF_PLUGIN_PATH");
+  info_plugin p;
+  memset(&p, 0, sizeof p);
+  stage(STAGE_LOAD);
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  int rc = devbuf_init(&err);
+  if (rc == DEVBUF_OK && !own) devbuf_plugin_load(path, NULL, NULL);
+  int found = 0;
+  for (size_t i = 0; rc == DEVBUF_OK && !found && i < devbuf_plugin_count(); i++) {
+    memset(&p.pi, 0, sizeof p.pi);
+    p.pi.struct_size = sizeof p.pi;
+    if (devbuf_plugin_info_get(i, &p.pi, NULL) != DEVBUF_OK) continue;
+    found = p.pi.path != NULL && strcmp(p.pi.path, path) == 0;
+    p.index = i;
+  }
+  if (!found) {
+    p.probe = INFO_PROBE_ERROR;
+    p.probe_status = rc != DEVBUF_OK ? rc : DEVBUF_EINTERNAL;
+    snprintf(p.probe_reason, sizeof p.probe_reason, "the probe process could not load %s again%s%s",
+             path, rc != DEVBUF_OK ? ": " : "", rc != DEVBUF_OK ? err.message : "");
+    (void)name;
+  } else if (p.pi.state != DEVBUF_PLUGIN_LOADED) {
+    p.probe = INFO_PROBE_ERROR;
+    p.probe_status = DEVBUF_EINTERNAL;
+    snprintf(p.probe_reason, sizeof p.probe_reason,
+             "loaded in devbuf-info but not in its probe process: %s", INFO_STR(p.pi.reason));
+  } else {
+    p.primary_id = p.pi.identifiers && p.pi.identifiers[0] ? p.pi.identifiers[0] : NULL;
+    probe_plugin(&p);
+  }
   probe_record r;
   memset(&r, 0, sizeof r);
   r.magic = PROBE_MAGIC;
-  r.probe = p->probe;
-  r.status = p->probe_status;
-  r.count = p->device_count;
-  r.ndevices = (int32_t)p->ndevices;
-  memcpy(r.reason, p->probe_reason, sizeof r.reason);
-  int bad = write_all(fd, &r, sizeof r);
-  for (size_t d = 0; !bad && d < p->ndevices; d++)
-    bad = write_all(fd, &p->devices[d], sizeof p->devices[d]);
+  r.probe = p.probe;
+  r.status = p.probe_status;
+  r.count = p.device_count;
+  r.ndevices = (int32_t)p.ndevices;
+  memcpy(r.reason, p.probe_reason, sizeof r.reason);
+  int bad = write_all(PROBE_FD, &r, sizeof r);
+  for (size_t d = 0; !bad && d < p.ndevices; d++)
+    bad = write_all(PROBE_FD, &p.devices[d], sizeof p.devices[d]);
+  fflush(NULL);
   _exit(bad ? 3 : 0);
 }
 
@@ -237,15 +302,37 @@ typedef struct probe_child {
   int wstatus;
 } probe_child;
 
+/* The stage bytes that come before the record: how many, and the last
+ * (0 when none arrived: the child had not started loading the plugin). */
+static size_t child_stages(const probe_child *c, char *last) {
+  size_t n = 0;
+  *last = 0;
+  while (n < c->len &&
+         (c->buf[n] == STAGE_LOAD || c->buf[n] == STAGE_COUNT || c->buf[n] == STAGE_PROPS))
+    *last = c->buf[n++];
+  return n;
+}
+
 /* Has the child sent a whole result? It _exits right after writing one, so
  * the parent need not wait for its exit: the kernel tearing down a driver's
  * address space (PoCL maps LLVM) took ~4 ms before the pipe closed. */
 static int child_complete(const probe_child *c) {
   probe_record r;
-  if (c->len < sizeof r) return 0;
-  memcpy(&r, c->buf, sizeof r);
+  char last;
+  size_t off = child_stages(c, &last);
+  if (c->len - off < sizeof r) return 0;
+  memcpy(&r, c->buf + off, sizeof r);
   return r.magic == PROBE_MAGIC && r.ndevices >= 0 && r.ndevices <= INFO_MAX_DEVICES &&
-         c->len == sizeof r + (size_t)r.ndevices * sizeof(info_device);
+         c->len - off == sizeof r + (size_t)r.ndevices * sizeof(info_device);
+}
+
+/* What a child whose process hung or died was doing, from its last stage. */
+static const char *stage_words(char last) {
+  switch (last) {
+    case STAGE_COUNT: return "device_count";
+    case STAGE_PROPS: return "device_props";
+    default: return "loading the plugin (its entry symbol or init)";
+  }
 }
 
 static void child_read(probe_child *c) {
@@ -270,12 +357,20 @@ static void child_read(probe_child *c) {
 
 /* Turn what a finished child sent into the plugin's probe result. */
 static void child_result(info_plugin *p, probe_child *c, double timeout_s) {
+  char last;
+  size_t off = child_stages(c, &last);
+  const char *name = INFO_STR(p->pi.name);
   if (!c->exited) {
     p->probe = INFO_PROBE_TIMED_OUT;
     p->probe_status = DEVBUF_ETIMEDOUT;
-    snprintf(p->probe_reason, sizeof p->probe_reason,
-             "timed out after %g s: device_count did not return; probe process killed",
-             timeout_s);
+    if (last == STAGE_COUNT || last == STAGE_PROPS)
+      snprintf(p->probe_reason, sizeof p->probe_reason,
+               "timed out after %g s: %s of %s did not return; probe process killed",
+               timeout_s, stage_words(last), name);
+    else
+      snprintf(p->probe_reason, sizeof p->probe_reason,
+               "timed out after %g s: %s hung while loading in the probe process (its entry "
+               "symbol or init did not return); probe process killed", timeout_s, name);
     return;
   }
   if (WIFSIGNALED(c->wstatus)) {
@@ -286,22 +381,29 @@ static void child_result(info_plugin *p, probe_child *c, double timeout_s) {
     p->probe = INFO_PROBE_CRASHED;
     p->probe_status = DEVBUF_EBACKEND;
     p->term_signal = sig;
-    snprintf(p->probe_reason, sizeof p->probe_reason,
-             "crashed: %s (%s) while probing devices", sn, strsignal(sig));
+    if (last == STAGE_COUNT || last == STAGE_PROPS)
+      snprintf(p->probe_reason, sizeof p->probe_reason,
+               "crashed: %s (%s) while probing devices (in %s)", sn, strsignal(sig),
+               stage_words(last));
+    else
+      snprintf(p->probe_reason, sizeof p->probe_reason,
+               "crashed: %s (%s) while loading %s in the probe process (its entry symbol or "
+               "init)", sn, strsignal(sig), name);
     return;
   }
   probe_record r;
-  if (c->len >= sizeof r) memcpy(&r, c->buf, sizeof r);
-  int ok = WIFEXITED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0 && c->len >= sizeof r &&
+  size_t len = c->len - off;
+  if (len >= sizeof r) memcpy(&r, c->buf + off, sizeof r);
+  int ok = WIFEXITED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0 && len >= sizeof r &&
            r.magic == PROBE_MAGIC && r.ndevices >= 0 && r.ndevices <= INFO_MAX_DEVICES &&
-           c->len == sizeof r + (size_t)r.ndevices * sizeof(info_device);
+           len == sizeof r + (size_t)r.ndevices * sizeof(info_device);
   if (!ok) {
     p->probe = INFO_PROBE_CHILD_FAILED;
     p->probe_status = DEVBUF_EINTERNAL;
     p->child_exit = WIFEXITED(c->wstatus) ? WEXITSTATUS(c->wstatus) : -1;
     snprintf(p->probe_reason, sizeof p->probe_reason,
              "probe process exited with status %d after sending %zu bytes (expected a full "
-             "result); the plugin may have called exit()", p->child_exit, c->len);
+             "result); the plugin may have called exit()", p->child_exit, len);
     return;
   }
   p->probe = r.probe;
@@ -312,7 +414,7 @@ static void child_result(info_plugin *p, probe_child *c, double timeout_s) {
   if (r.ndevices > 0) {
     p->devices = calloc((size_t)r.ndevices, sizeof *p->devices);
     if (p->devices != NULL) {
-      memcpy(p->devices, c->buf + sizeof r, (size_t)r.ndevices * sizeof *p->devices);
+      memcpy(p->devices, c->buf + off + sizeof r, (size_t)r.ndevices * sizeof *p->devices);
       p->ndevices = (size_t)r.ndevices;
       for (size_t d = 0; d < p->ndevices; d++) {
         p->devices[d].error[sizeof p->devices[d].error - 1] = '\0';
@@ -323,7 +425,31 @@ static void child_result(info_plugin *p, probe_child *c, double timeout_s) {
   }
 }
 
+extern char **environ;
+
+/* Start `devbuf-info --probe-one` for plugin p, its records on the write end
+ * `wfd` (which becomes the child's PROBE_FD). posix_spawn, not fork: the
+ * child must load the plugin itself (see the top of this file). */
+static int spawn_probe(const char *exe, const info_plugin *p, int wfd, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  int rc = posix_spawn_file_actions_init(&fa);
+  if (rc != 0) return rc;
+  rc = posix_spawn_file_actions_adddup2(&fa, wfd, PROBE_FD);
+  char *argv[] = {(char *)"devbuf-info", (char *)"--probe-one", (char *)INFO_STR(p->pi.name),
+                  (char *)INFO_STR(p->pi.path), (char *)INFO_STR(p->pi.source), NULL};
+  if (rc == 0) rc = posix_spawn(pid, exe, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc;
+}
+
 static int probe_isolated(info_model *m, double timeout_s, devbuf_error *err) {
+  char exe[4096];
+  ssize_t en = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (en <= 0 || (size_t)en >= sizeof exe - 1)
+    return devbuf_error_set(err, DEVBUF_EINTERNAL,
+                            "--isolate: cannot find this program to run its probes "
+                            "(/proc/self/exe: %s); try --in-process", strerror(errno));
+  exe[en] = '\0';
   probe_child *kids = calloc(m->nplugins ? m->nplugins : 1, sizeof *kids);
   if (kids == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "--isolate: out of memory");
   fflush(NULL); /* a child must not re-emit our buffered output */
@@ -338,16 +464,20 @@ static int probe_isolated(info_model *m, double timeout_s, devbuf_error *err) {
       rc = devbuf_error_set(err, DEVBUF_EINTERNAL, "--isolate: pipe: %s", strerror(errno));
       break;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-      close(fds[0]);
+    /* dup2 onto the same number would keep O_CLOEXEC: keep the write end off PROBE_FD. */
+    if (fds[1] == PROBE_FD) {
+      int moved = fcntl(fds[1], F_DUPFD_CLOEXEC, PROBE_FD + 1);
       close(fds[1]);
-      rc = devbuf_error_set(err, DEVBUF_EINTERNAL, "--isolate: fork: %s", strerror(errno));
-      break;
+      fds[1] = moved;
     }
-    if (pid == 0) {
+    pid_t pid = -1;
+    int src = fds[1] < 0 ? EMFILE : spawn_probe(exe, p, fds[1], &pid);
+    if (src != 0) {
       close(fds[0]);
-      child_probe(p, fds[1]);
+      if (fds[1] >= 0) close(fds[1]);
+      rc = devbuf_error_set(err, DEVBUF_EINTERNAL, "--isolate: posix_spawn %s: %s", exe,
+                            strerror(src));
+      break;
     }
     close(fds[1]);
     fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);

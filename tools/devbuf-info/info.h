@@ -16,7 +16,7 @@
 #define INFO_EXIT_PLUGIN_FAILED 1 /* a plugin failed to load, or its probe failed/crashed/hung */
 #define INFO_EXIT_USAGE 2
 #define INFO_EXIT_BAD_FORMAT 3    /* `format STRING`: malformed or not understood */
-#define INFO_EXIT_INTERNAL 4      /* out of memory, fork/pipe failure */
+#define INFO_EXIT_INTERNAL 4      /* out of memory, posix_spawn/pipe failure */
 
 /* A devbuf_plugin_info string may be NULL; print this instead. */
 #define INFO_STR(s) ((s) != NULL ? (s) : "")
@@ -113,6 +113,10 @@ int info_any_failure(const info_model *m);
 const char *info_status_word(const info_plugin *p);
 /* "SIGSEGV" etc.; static storage. */
 const char *info_signal_name(int sig);
+
+/* The hidden `--probe-one NAME PATH SOURCE` mode: a probe child of
+ * --isolate (collect.c). Never returns. */
+int info_probe_one(const char *name, const char *path, const char *source);
 
 /* text.c */
 void info_print_table(FILE *out, const info_model *m, const info_options *o);

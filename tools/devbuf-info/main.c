@@ -51,7 +51,8 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 success; 1 a plugin failed to load, or its device probe failed,\n"
     "crashed or timed out; 2 usage error; 3 format: the string is malformed or uses\n"
-    "a dtype nobody understands; 4 internal error (out of memory, fork failed).\n";
+    "a dtype nobody understands; 4 internal error (out of memory, a probe process\n"
+    "could not be started).\n";
 
 static int usage_error(const char *fmt, const char *arg) {
   fputs("devbuf-info: ", stderr);
@@ -279,6 +280,9 @@ static int info_main(int argc, char **argv, const char **extra, const char **sou
 }
 
 int main(int argc, char **argv) {
+  /* A probe process of --isolate (collect.c), started by devbuf-info itself. */
+  if (argc == 5 && strcmp(argv[1], "--probe-one") == 0)
+    return info_probe_one(argv[2], argv[3], argv[4]);
   /* --plugin arguments; at most one per argument. */
   const char **extra = calloc((size_t)argc + 1, sizeof *extra);
   const char **sources = calloc((size_t)argc + 1, sizeof *sources);

@@ -72,6 +72,19 @@
 extern "C" {
 #endif
 
+/* devbuf_error_set without a format, for languages that cannot call a
+ * variadic C function (Go's cgo, many FFIs): sets the code and copies
+ * `message` (NULL: empty), truncated to fit. Returns `code`, so that a slot
+ * can `return devbuf_error_set_message(err, DEVBUF_EINVAL, msg);`. */
+static inline int devbuf_error_set_message(devbuf_error *err, int code, const char *message) {
+  if (err != NULL) {
+    err->code = code;
+    err->backend_code = 0;
+    snprintf(err->message, sizeof err->message, "%s", message != NULL ? message : "");
+  }
+  return code;
+}
+
 #define DEVBUF_ABI_MAJOR 1
 #define DEVBUF_ABI_MINOR 1
 

@@ -1,0 +1,3 @@
+module example.com/devbuf-plugin-go
+
+go 1.19
