@@ -17,6 +17,7 @@
  * reader (exports, downloads, device copies) honours it. Host staging
  * memory of an upload lives until `event` has completed. */
 #include "dbp.h"
+#include "buffer_api.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -797,6 +798,7 @@ static PyMethodDef buffer_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
     {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
+    DBP_BUFFER_API_METHODS,
     {NULL},
 };
 
@@ -841,6 +843,7 @@ static PyGetSetDef buffer_getset[] = {
     {"ptr", (getter)get_ptr, NULL, "the device pointer, as an int", NULL},
     {"event", (getter)get_event, NULL,
      "the producer event readers wait on (an int handle), or None when the data is ready", NULL},
+    DBP_BUFFER_API_GETSET,
     {NULL},
 };
 
@@ -884,6 +887,7 @@ PyTypeObject DbpBuffer_Type = {
     .tp_dealloc = (destructor)buffer_dealloc,
     .tp_repr = (reprfunc)buffer_repr,
     .tp_as_buffer = &buffer_as_buffer,
+    .tp_as_mapping = &dbp_buffer_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Memory on a device, owned by devbuf. Make one with devbuf.empty() or "
               "devbuf.from_host(). Exports the extended buffer protocol (PyBUF_DEVICE).",

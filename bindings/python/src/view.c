@@ -579,7 +579,8 @@ static PyGetSetDef view_getset[] = {
     {"sync", (getter)get_sync, NULL,
      "devbuf.Sync(identifier, event, stream) the consumer must honour before touching the "
      "data, or None when the data is ready", NULL},
-    {"dtype", (getter)get_dtype, NULL, "the parsed format (devbuf.parse_format)", NULL},
+    {"dtype", (getter)get_dtype, NULL, "the parsed format (devbuf.parse_format); also .format_info", NULL},
+    {"format_info", (getter)get_dtype, NULL, "the parsed format (a devbuf.Format), as DeviceBuffer.format_info", NULL},
     {NULL},
 };
 
