@@ -120,7 +120,8 @@ def fill(buf: "DeviceBuffer", value: Any) -> None:
                         f"bytes, the item is {buf.itemsize}")
     n = buf.size
     try:
-        host = memoryview(bytearray(item * n)).cast(buf.format.lstrip("@"), buf.shape)
+        raw: Any = memoryview(bytearray(item * n))
+        host = raw.cast(buf.format.lstrip("@"), buf.shape)
     except (TypeError, ValueError) as e:
         raise TypeError(f"devbuf.DeviceBuffer.fill: format {buf.format!r} needs NumPy to fill "
                         f"({e}); or copy_from() an array") from None

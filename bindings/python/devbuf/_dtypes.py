@@ -93,7 +93,8 @@ def _from_numpy_dtype(dt: "np.dtype[Any]") -> str:
         if f is not None:
             return f
     try:
-        return memoryview(np.empty(0, dt)).format
+        arr: Any = np.empty(0, dt)  # a Buffer (NumPy's stubs say so from 3.12 on)
+        return memoryview(arr).format
     except (ValueError, TypeError, BufferError) as e:
         f = _devbuf_name(dt.name)
         if f is not None:

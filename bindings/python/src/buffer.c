@@ -782,22 +782,27 @@ static PyObject *buffer_exit(PyObject *self, PyObject *args) { return buffer_fre
 
 static PyMethodDef buffer_methods[] = {
     {"to_host", (PyCFunction)(void (*)(void))buffer_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host($self, /, *, out=None)\n--\n\n"
      "to_host(*, out=None) -> DeviceBuffer on the host: a copy, after waiting for pending work. "
      "memoryview() and numpy.asarray() accept the result. With out (a writable host buffer of "
      "the same size, C order, same shape and item type or flat bytes): copies into it and "
      "returns it."},
     {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to_m, METH_FASTCALL | METH_KEYWORDS,
+     "copy_to($self, /, device=None, *, out=None)\n--\n\n"
      "copy_to(device, *, out=None) -> DeviceBuffer: a copy on `device` (Device, 'id' or "
      "'id:N'; None: the host); with out (a writable buffer on that device, e.g. another DeviceBuffer, or host "
      "memory): copies into it and returns it."},
     {"free", (PyCFunction)buffer_free, METH_NOARGS,
+     "free($self, /)\n--\n\n"
      "Give the memory back now. BufferError while exported; later use raises ValueError."},
     {"synchronize", (PyCFunction)buffer_synchronize, METH_NOARGS,
+     "synchronize($self, /)\n--\n\n"
      "Block until the work that produced the contents has finished."},
     {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
-     METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
-    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
+     METH_VARARGS | METH_KEYWORDS, "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+     "NumPy conversion of host memory; BufferError for device memory."},
+    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturn self (the with statement)."},
+    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, "__exit__($self, exc_type, exc, tb, /)\n--\n\nLeave the with block: free() the buffer."},
     DBP_BUFFER_API_METHODS,
     {NULL},
 };

@@ -313,6 +313,7 @@ static PyGetSetDef device_getset[] = {
 
 static PyMethodDef device_methods[] = {
     {"synchronize", (PyCFunction)device_synchronize, METH_NOARGS,
+     "synchronize($self, /)\n--\n\n"
      "Block until all work on the device's default stream is done."},
     {"__reduce__", (PyCFunction)device_reduce, METH_NOARGS, NULL},
     {NULL},

@@ -184,8 +184,10 @@ static PyObject *m_check_buffer_supports(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"devices", dbp_devices, METH_NOARGS, "devices() -> list of every usable Device."},
+    {"devices", dbp_devices, METH_NOARGS, "devices($module, /)\n--\n\n"
+     "devices() -> list of every usable Device."},
     {"device", dbp_device_func, METH_O,
+     "device($module, spec, /)\n--\n\n"
      "device(spec) -> Device for a Device, 'identifier' (ordinal 0) or 'identifier:N'."},
     {"_plugins", m_plugins, METH_NOARGS, "Raw plugin records (see devbuf.plugins())."},
     {"_load_plugin", m_load_plugin, METH_VARARGS,
@@ -193,27 +195,37 @@ static PyMethodDef module_methods[] = {
     {"_secure_execution", m_secure_execution, METH_NOARGS,
      "True in secure-execution mode (setuid/setgid), where plugin variables are ignored."},
     {"plugin_stats", m_plugin_stats, METH_O,
+     "plugin_stats($module, name_or_index, /)\n--\n\n"
      "plugin_stats(name_or_index) -> dict of live allocations, bytes, streams, events and host "
      "allocations made through the runtime (for leak checks)."},
-    {"search_path", m_search_path, METH_NOARGS, "The plugin search path the runtime used."},
-    {"runtime_version", m_runtime_version, METH_NOARGS, "libdevbuf's version and plugin ABI."},
+    {"search_path", m_search_path, METH_NOARGS, "search_path($module, /)\n--\n\n"
+     "The plugin search path the runtime used."},
+    {"runtime_version", m_runtime_version, METH_NOARGS, "runtime_version($module, /)\n--\n\n"
+     "libdevbuf's version and plugin ABI."},
     {"check_buffer_supports", m_check_buffer_supports, METH_VARARGS,
+     "check_buffer_supports($module, obj, flags, /)\n--\n\n"
      "check_buffer_supports(obj, flags) -> bool: DevbufPy_CheckBufferSupports."},
     {"empty", (PyCFunction)(void (*)(void))dbp_empty, METH_VARARGS | METH_KEYWORDS,
+     "empty($module, /, shape, format='B', device=None, *, readonly=False)\n--\n\n"
      "empty(shape, format='B', device=None, *, readonly=False) -> DeviceBuffer, uninitialised."},
     {"from_host", (PyCFunction)(void (*)(void))dbp_from_host, METH_VARARGS | METH_KEYWORDS,
+     "from_host($module, /, obj, device=None, *, readonly=False)\n--\n\n"
      "from_host(obj, device=None, *, readonly=False) -> DeviceBuffer with a copy of obj's "
      "buffer (shape and format kept)."},
     {"view", (PyCFunction)(void (*)(void))dbp_view_func, METH_FASTCALL | METH_KEYWORDS,
+     "view($module, /, obj, *, writable=False)\n--\n\n"
      "view(obj, *, writable=False) -> DeviceView of any buffer exporter."},
     {"_parse_format", (PyCFunction)(void (*)(void))dbp_parse_format,
      METH_VARARGS | METH_KEYWORDS, "Raw parse (see devbuf.parse_format())."},
     {"register_dtype_namespace", (PyCFunction)(void (*)(void))dbp_register_dtype_namespace,
      METH_VARARGS | METH_KEYWORDS,
+     "register_dtype_namespace($module, /, id, interpret, *, provider='python', description='')\n--\n\n"
      "register_dtype_namespace(id, interpret, *, provider='python', description='')"},
     {"unregister_dtype_namespace", dbp_unregister_dtype_namespace, METH_O,
+     "unregister_dtype_namespace($module, id, /)\n--\n\n"
      "unregister_dtype_namespace(id): undo register_dtype_namespace."},
     {"dtype_namespaces", dbp_dtype_namespaces, METH_NOARGS,
+     "dtype_namespaces($module, /)\n--\n\n"
      "dtype_namespaces() -> list of dicts (id, provider, description, source)."},
     {NULL},
 };
