@@ -416,8 +416,16 @@ static Py_hash_t obj_hash(PyObject *self, const char *const *names) {
   return h;
 }
 
-static PyObject *fmt_repr(PyObject *s) { return obj_repr(s, fmt_attrs); }
-static PyObject *fld_repr(PyObject *s) { return obj_repr(s, fld_attrs); }
+/* Short reprs (a nested struct's full attribute list ran to hundreds of
+ * characters): what identifies the item; the attributes hold the rest. */
+static PyObject *fmt_repr(PyObject *s) {
+  static const char *const short_attrs[] = {"format", "mode", "itemsize", NULL};
+  return obj_repr(s, short_attrs);
+}
+static PyObject *fld_repr(PyObject *s) {
+  static const char *const short_attrs[] = {"name", "kind", "code", "offset", "size", NULL};
+  return obj_repr(s, short_attrs);
+}
 static PyObject *fmt_richcompare(PyObject *a, PyObject *b, int op) {
   return obj_richcompare(a, b, op, fmt_attrs);
 }
