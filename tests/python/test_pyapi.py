@@ -311,5 +311,7 @@ def test_numpy_recipes():
     b = devbuf.from_host(np.arange(6, dtype=np.float32), SIM)
     assert np.asarray(b.to_host()).tolist() == list(range(6))
     assert np.from_dlpack(b, device="cpu").tolist() == list(range(6))
+    with pytest.raises(RuntimeError, match="Unsupported device"):  # as python-api.md says
+        np.from_dlpack(b)
     out = np.empty(6, np.float32)
     assert b.to_host(out=out) is out and out.tolist() == list(range(6))
