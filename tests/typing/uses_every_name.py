@@ -9,6 +9,8 @@ from __future__ import annotations
 import pickle
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 import devbuf
 import devbuf.plugin
 from devbuf.__main__ import main as devbuf_config, user_plugin_dir
@@ -40,6 +42,13 @@ def buffers() -> Tuple[int, str]:
         del as_numpy
     assert data == bytes(range(16)) and view.released and shape == (16,) and fmt.itemsize == 1
     copied: devbuf.DeviceBuffer = buf.copy_to("cpu")
+    # NumPy arrays are buffers on every Python (NumPy's stubs say so from 3.12 on only).
+    arr = np.arange(16, dtype=np.uint8)
+    from_np: devbuf.DeviceBuffer = devbuf.from_host(arr, "devbuf.sim")
+    out = np.empty(16, np.uint8)
+    same = from_np.to_host(out=out)
+    into: devbuf.DeviceBuffer = from_np.copy_to(out=devbuf.empty(16, np.uint8, "devbuf.sim"))
+    assert same is out and into.nbytes == 16 and bytes(out) == bytes(range(16))
     size: int = buf.size + len(buf) + buf.ndim
     info: devbuf.Format = buf.format_info
     assert size == 16 + 16 + 1 and info.itemsize == 1 and vinfo == info
