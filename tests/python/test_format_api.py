@@ -201,6 +201,8 @@ def test_format_objects_are_c_types_with_dataclass_manners():
     with pytest.raises(ValueError, match="mode must be"):
         devbuf.parse_format("i", "c")
     with pytest.raises(TypeError, match="unexpected or repeated keyword argument 'bogus'"):
+        devbuf._devbuf.parse_format("i", bogus=1)  # the C parser under devbuf.parse_format
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         devbuf.parse_format("i", bogus=1)
     assert devbuf.parse_format(fmt="i", mode="numpy", allow_unknown=True).mode == "numpy"
     assert devbuf._devbuf._parse_format("i", "struct", plugins=False).mode == "struct"

@@ -10,7 +10,7 @@ import struct
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from . import _devbuf
-from ._dtypes import as_format, numpy_dtype
+from ._dtypes import as_format, dtype_like, numpy_dtype
 
 if TYPE_CHECKING:
     from ._devbuf import Device, DeviceBuffer, Format
@@ -59,12 +59,9 @@ def parse_format(fmt: FormatSpec, mode: str = "default", *, allow_unknown: bool 
             return _devbuf.parse_format(fmt, mode, allow_unknown=allow_unknown,
                                         plugins=plugins, lint=lint)
         except (_devbuf.FormatError, TypeError):
-            if isinstance(fmt, (str, bytes)) and mode != "default":
+            if mode != "default" or not (isinstance(fmt, (str, bytes)) or dtype_like(fmt)):
                 raise
-            converted = as_format(fmt)
-            if converted == fmt:
-                raise
-            fmt = converted
+            fmt = as_format(fmt)  # the struct parser's error, extended, if nothing reads it
     return _devbuf.parse_format(fmt, mode, allow_unknown=allow_unknown, plugins=plugins,
                                 lint=lint)
 
@@ -78,12 +75,9 @@ def calcsize(format: FormatSpec, mode: str = "default", /) -> int:
     try:
         return _devbuf.calcsize(format, mode)
     except (_devbuf.FormatError, TypeError):
-        if isinstance(format, (str, bytes)) and mode != "default":
+        if mode != "default" or not (isinstance(format, (str, bytes)) or dtype_like(format)):
             raise
-        converted = as_format(format)
-        if converted == format:
-            raise
-        return _devbuf.calcsize(converted, mode)
+        return _devbuf.calcsize(as_format(format), mode)
 
 
 # ---- DeviceBuffer helpers (buffer_api.c) ---------------------------------------------

@@ -58,6 +58,22 @@ ACCEPTED = (
 _cache: Dict[str, str] = {}
 
 
+def _extend(err: _devbuf.FormatError, spec: str) -> _devbuf.FormatError:
+    """The struct parser's own error (offset, code, caret kept), with the
+    accepted forms and a near NumPy name added to its message."""
+    msg = f"{err.args[0] if err.args else err}\n(not a NumPy dtype name either. Accepted: {ACCEPTED}"
+    close = difflib.get_close_matches(spec, list(_NAMES) + list(_DEVBUF_NAMES), n=3, cutoff=0.7)
+    msg += ("; did you mean " + " or ".join(repr(c) for c in close) + "?)") if close else ")"
+    err.args = (msg,) + tuple(err.args[1:])
+    return err
+
+
+def dtype_like(spec: object) -> bool:
+    """A NumPy type, dtype, or object with a .dtype: what as_format reads besides strings."""
+    return isinstance(spec, type) or type(spec).__module__.startswith(("numpy", "ml_dtypes")) \
+        or hasattr(spec, "dtype")
+
+
 def _unknown(spec: object, why: str) -> _devbuf.FormatError:
     shown = spec if isinstance(spec, str) else repr(spec)
     msg = f"format: {shown!r} is not a format devbuf reads ({why}). Accepted: {ACCEPTED}"
@@ -117,7 +133,7 @@ def as_format(spec: object) -> str:
             _devbuf.calcsize(spec)
             return spec
         except _devbuf.FormatError as struct_error:
-            first: BaseException = struct_error
+            first = struct_error
         f = _NAMES.get(spec) or _devbuf_name(spec)
         if f is None and ("numpy" in sys.modules or _numpy_importable()):
             import numpy as np
@@ -129,13 +145,11 @@ def as_format(spec: object) -> str:
             except (TypeError, ValueError):
                 f = None
         if f is None:
-            raise _unknown(spec, f"as a struct format: {str(first).splitlines()[0]}; "
-                                 "and no NumPy dtype has that name") from None
+            raise _extend(first, spec)
         if len(_cache) < 256:
             _cache[spec] = f
         return f
-    if isinstance(spec, type) or type(spec).__module__.startswith(("numpy", "ml_dtypes")) \
-            or hasattr(spec, "dtype"):
+    if dtype_like(spec):
         try:
             import numpy as np
         except ImportError:
