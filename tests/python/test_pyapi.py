@@ -71,6 +71,14 @@ def test_unknown_format_lists_accepted_forms(bad):
     assert isinstance(e.value, ValueError)
 
 
+@pytest.mark.parametrize("bad", [",", "f4,i8", "(2)f4"])
+def test_numpy_grammar_beyond_names_is_not_read(bad):
+    # Only names and typestrs are NumPy's here: its comma strings (and the
+    # SyntaxError its parser raises for ',') stay out.
+    with pytest.raises(devbuf.FormatError):
+        devbuf.parse_format(bad)
+
+
 def test_unknown_object_is_a_type_error():
     with pytest.raises(TypeError, match="NumPy dtype"):
         devbuf.empty(2, object())

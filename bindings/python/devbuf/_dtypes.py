@@ -18,6 +18,7 @@ is passed; the names of the table below work without it.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
@@ -56,6 +57,9 @@ ACCEPTED = (
 )
 
 _cache: Dict[str, str] = {}
+# What is looked up as a NumPy name or typestr: 'float32', '<i8', 'M8[ns]',
+# 'datetime64[D]'; not NumPy's comma strings ('f4,i8') or other grammar.
+_NAME_LIKE = re.compile(r"[<>=|]?[A-Za-z][A-Za-z0-9_]*(\[[0-9]*[A-Za-z]+\])?\Z")
 
 
 def _extend(err: _devbuf.FormatError, spec: str) -> _devbuf.FormatError:
@@ -135,14 +139,15 @@ def as_format(spec: object) -> str:
         except _devbuf.FormatError as struct_error:
             first = struct_error
         f = _NAMES.get(spec) or _devbuf_name(spec)
-        if f is None and ("numpy" in sys.modules or _numpy_importable()):
+        if f is None and _NAME_LIKE.match(spec) and ("numpy" in sys.modules
+                                                       or _numpy_importable()):
             import numpy as np
 
             try:
                 f = _from_numpy_dtype(np.dtype(spec))
             except _devbuf.FormatError:
                 raise
-            except (TypeError, ValueError):
+            except Exception:  # NumPy's parser raises SyntaxError too (for ',')
                 f = None
         if f is None:
             raise _extend(first, spec)
