@@ -184,8 +184,9 @@ def test_format_objects_are_c_types_with_dataclass_manners():
     g = devbuf.parse_format("T{i:a:(2)d:b:}")
     assert f == g and hash(f) == hash(g) and f != devbuf.parse_format("T{i:a:d:b:}")
     assert f.fields[0] == g.fields[0] and f.fields[0] != f
-    assert repr(f).startswith("Format(format='T{i:a:(2)d:b:}', mode='default', itemsize=24,")
-    assert "Field(name='a', kind='scalar', code='i'" in repr(f)
+    assert repr(f) == "Format(format='T{i:a:(2)d:b:}', mode='default', itemsize=24)"
+    assert repr(f.fields[0].children[0]) == \
+        "Field(name='a', kind='scalar', code='i', offset=0, size=4)"
     assert pickle.loads(pickle.dumps(f)) == f
     assert pickle.loads(pickle.dumps(devbuf.parse_format("ii", "struct"))).mode == "struct"
     # a Field outlives its Format (it keeps the engine's result alive)
@@ -200,6 +201,8 @@ def test_format_objects_are_c_types_with_dataclass_manners():
     with pytest.raises(ValueError, match="mode must be"):
         devbuf.parse_format("i", "c")
     with pytest.raises(TypeError, match="unexpected or repeated keyword argument 'bogus'"):
+        devbuf._devbuf.parse_format("i", bogus=1)  # the C parser under devbuf.parse_format
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         devbuf.parse_format("i", bogus=1)
     assert devbuf.parse_format(fmt="i", mode="numpy", allow_unknown=True).mode == "numpy"
     assert devbuf._devbuf._parse_format("i", "struct", plugins=False).mode == "struct"

@@ -15,6 +15,7 @@ Works on the build tree (DEVBUF_BUILD_DIR) and on an installed package
 """
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import sysconfig
@@ -103,6 +104,51 @@ def test_mypy_catches_misuse(mypy_cache, tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     for line in (2, 3, 4, 5, 7, 8, 9):
         assert f"misuse.py:{line}: error" in r.stdout, r.stdout
+
+
+# The docs' Python samples, type-checked as a user's editor would: each
+# ```python block of README.md and docs/*.md (read now, so the samples as they
+# are today) becomes a module, after a preamble with the imports the pages
+# take for granted. Errors about the sample's own style (no annotations,
+# names a fragment leaves to the reader, untyped third-party packages) are
+# the docs' business; an error that names a devbuf type or module means the
+# stubs and the documented API disagree, and fails this test.
+_SAMPLE_PREAMBLE = ("import pickle\nimport numpy\nimport numpy as np\nimport devbuf\n"
+                    "import devbuf.check\nimport devbuf.plugin\nfrom devbuf.plugin import PythonPlugin\n")
+_STYLE_CODES = ("no-untyped-def", "no-untyped-call", "name-defined", "import-untyped",
+                "import-not-found", "unused-ignore")
+_DEVBUF_NAMES = re.compile(r"devbuf|DeviceBuffer|DeviceView|ForeignArray|HostStaging|ArrowArray|"
+                           r"\bFormat\b|\bField\b|\bDevice\b|\bSync\b|ImportInfo|"
+                           r"PythonPlugin|Registration|\bReport\b|ArraySpec|\bTarget\b")
+
+
+def doc_python_samples():
+    """(name, source) of every ```python block in README.md and docs/*.md."""
+    for md in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = md.read_text(encoding="utf-8")
+        for m in re.finditer(r"^```python[^\n]*\n(.*?)^```", text, re.S | re.M):
+            line = text.count("\n", 0, m.start()) + 2
+            yield f"{md.stem.replace('-', '_')}_L{line}", m.group(1)
+
+
+def test_mypy_strict_on_the_docs_python_samples(mypy_cache, tmp_path):
+    samples = list(doc_python_samples())
+    assert len(samples) >= 10, "the docs' Python samples were not found"
+    files = []
+    for name, src in samples:
+        f = tmp_path / f"{name}.py"
+        f.write_text(_SAMPLE_PREAMBLE + src)
+        files.append(str(f))
+    disable = [a for c in _STYLE_CODES for a in ("--disable-error-code", c)]
+    # --allow-redefinition-new: a sample may give one name an array in one branch and a
+    # memoryview in another, as users write.
+    r = _mypy(mypy_cache, "--strict", "--follow-imports=silent", "--ignore-missing-imports",
+              "--allow-redefinition-new", "--local-partial-types", *disable, *files, cwd=tmp_path)
+    errors = [ln for ln in r.stdout.splitlines() if ": error:" in ln]
+    ours = [ln for ln in errors if _DEVBUF_NAMES.search(ln.split(": error:", 1)[1])]
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    # A sample's line N is line N + 7 of its file (the preamble).
+    assert not ours, "the stubs reject documented devbuf usage:\n" + "\n".join(ours)
 
 
 def test_stubtest_against_the_built_extension(mypy_cache, tmp_path):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pickle
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 import devbuf
 import devbuf.plugin
 from devbuf.__main__ import main as devbuf_config, user_plugin_dir
@@ -32,6 +34,7 @@ def buffers() -> Tuple[int, str]:
             event: Optional[int] = sync.event
         shape: Tuple[int, ...] = v.shape
         fmt: devbuf.Format = v.dtype
+        vinfo: devbuf.Format = v.format_info
         host: devbuf.DeviceBuffer = v.to_host()
         data = bytes(memoryview(host))
         as_numpy = devbuf.to_numpy(host)
@@ -39,6 +42,23 @@ def buffers() -> Tuple[int, str]:
         del as_numpy
     assert data == bytes(range(16)) and view.released and shape == (16,) and fmt.itemsize == 1
     copied: devbuf.DeviceBuffer = buf.copy_to("cpu")
+    # NumPy arrays are buffers on every Python (NumPy's stubs say so from 3.12 on only).
+    arr = np.arange(16, dtype=np.uint8)
+    from_np: devbuf.DeviceBuffer = devbuf.from_host(arr, "devbuf.sim")
+    out = np.empty(16, np.uint8)
+    same = from_np.to_host(out=out)
+    into: devbuf.DeviceBuffer = from_np.copy_to(out=devbuf.empty(16, np.uint8, "devbuf.sim"))
+    assert same is out and into.nbytes == 16 and bytes(out) == bytes(range(16))
+    size: int = buf.size + len(buf) + buf.ndim
+    info: devbuf.Format = buf.format_info
+    assert size == 16 + 16 + 1 and info.itemsize == 1 and vinfo == info
+    dt = buf.dtype
+    assert dt is not None and dt.itemsize == 1
+    buf.copy_from(bytes(range(16)))
+    buf[...] = bytes(16)
+    buf.fill(7)
+    assert bytes(memoryview(buf.to_host())) == bytes([7]) * 16
+    buf.copy_from(data)
     total = buf.nbytes + copied.nbytes + empty.nbytes + len(props)
     staged = pickle.loads(pickle.dumps(buf, protocol=5))
     assert isinstance(staged, devbuf.DeviceBuffer)
@@ -63,6 +83,8 @@ def buffers() -> Tuple[int, str]:
 
 def formats() -> int:
     f: devbuf.Format = devbuf.parse_format("T{[devbuf$bfloat16]:x:2i:y:}")
+    assert devbuf.parse_format("float32") == devbuf.parse_format("f")
+    assert devbuf.calcsize("int64") == 8
     inner: devbuf.Field = f.fields[0].children[0]
     custom: Optional[devbuf.Custom] = inner.custom
     desc: Optional[devbuf.DTypeDesc] = custom.desc if custom else None
@@ -131,7 +153,14 @@ def python_plugins() -> int:
     funcs = (P.register_plugin, P.unregister, P.call_ext, P.run_conformance, P.run_dtype_conformance)
     slots: Tuple[Tuple[str, str], ...] = P.SLOTS
     names: Tuple[str, ...] = P.MANDATORY_SLOTS + P.OPTIONAL_SLOTS
-    return (len(errors) + len(kinds) + len(regs) + len(sig) + int(addr != 0) + len(exts)
+    codes: Tuple[int, ...] = (P.OK, P.EINVAL, P.ENOMEM, P.ENODEV, P.ENOTSUP, P.EBACKEND, P.EABI,
+                              P.ELOAD, P.EBUSY, P.EFORMAT, P.ENOTFOUND, P.EEXIST, P.ETIMEDOUT,
+                              P.EINIT, P.EINTERNAL, P.ECALLBACK)
+    flags: Tuple[int, ...] = (P.DEVICE_HOST_ACCESSIBLE, P.DEVICE_UNIFIED, P.DEVICE_ASYNC,
+                              P.DEVICE_INFO_HOST_ACCESSIBLE, P.DEVICE_INFO_READONLY, P.DL_CPU,
+                              P.DL_CUDA, P.DL_OPENCL, P.DL_EXT_DEV)
+    assert len(set(codes)) == len(codes) and P.OK == 0
+    return (len(flags) + len(errors) + len(kinds) + len(regs) + len(sig) + int(addr != 0) + len(exts)
             + len(funcs) + len(slots) + len(names))
 
 

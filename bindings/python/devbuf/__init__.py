@@ -3,8 +3,6 @@
 The C core lives in :mod:`devbuf._devbuf`; this package re-exports it and adds
 the small Python layer (plugin records, parsed formats). See docs/python-api.md.
 """
-from __future__ import annotations
-
 from . import _devbuf
 from ._devbuf import (
     PyBUF_CLASSIC_FLAGS,
@@ -21,12 +19,10 @@ from ._devbuf import (
     OutOfMemoryError,
     PluginError,
     Sync,
-    calcsize,
     check_buffer_supports,
     device,
     devices,
     dtype_namespaces,
-    empty,
     from_dlpack,
     from_host,
     plugin_stats,
@@ -36,7 +32,8 @@ from ._devbuf import (
     unregister_dtype_namespace,
     view,
 )
-from ._format import Custom, DTypeDesc, Field, Format, parse_format
+from ._api import calcsize, empty, parse_format
+from ._format import Custom, DTypeDesc, Field, Format
 from ._plugins import (
     ENTRY_POINT_GROUP,
     EntryPointPlugin,
@@ -99,6 +96,8 @@ from ._pickle import (  # noqa: E402
     unpickle_policy,
 )
 
+MissingDeviceError.__module__ = "devbuf"  # raised as devbuf.MissingDeviceError
+
 __all__ += ["HostStaging", "MissingDeviceError", "get_unpickle_policy", "set_unpickle_policy",
             "unpickle_policy"]
 
@@ -119,3 +118,13 @@ from ._plugins import discover_entry_points as _discover  # noqa: E402
 
 _discover()
 del _discover
+
+
+def __getattr__(name: str) -> object:
+    # devbuf.check and devbuf.plugin without importing them first (both import
+    # more than most programs need: they load on first use).
+    if name in ("check", "plugin"):
+        import importlib
+
+        return importlib.import_module(f"devbuf.{name}")
+    raise AttributeError(f"module 'devbuf' has no attribute {name!r}")

@@ -34,22 +34,25 @@ TimeoutError -> ETIMEDOUT, anything else -> ECALLBACK).
 """
 from __future__ import annotations
 
-import atexit
-import re
-import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+import atexit as _atexit
+import re as _re
+import threading as _threading
+from dataclasses import dataclass as _dataclass
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any, Callable as _Callable, Dict as _Dict, List as _List
+from typing import Optional as _Optional, Sequence as _Sequence, Tuple as _Tuple
+from typing import TypeVar as _TypeVar, Union as _Union
 
 from . import _pyplugin
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from typing_extensions import Buffer
 
     from ._plugins import PluginInfo
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_F = _TypeVar("_F", bound=_Callable[..., _Any])
 # What names a loaded plugin: its name, a device identifier, its index or a Registration.
-_PluginRef = Union[str, int, "Registration"]
+_PluginRef = _Union[str, int, "Registration"]
 
 __all__ = [
     "PythonPlugin",
@@ -77,6 +80,11 @@ __all__ = [
     "SLOTS",
     "MANDATORY_SLOTS",
     "OPTIONAL_SLOTS",
+    # status codes, device property and device_info flags, DLPack device types
+    "OK", "EINVAL", "ENOMEM", "ENODEV", "ENOTSUP", "EBACKEND", "EABI", "ELOAD", "EBUSY",
+    "EFORMAT", "ENOTFOUND", "EEXIST", "ETIMEDOUT", "EINIT", "EINTERNAL", "ECALLBACK",
+    "DEVICE_HOST_ACCESSIBLE", "DEVICE_UNIFIED", "DEVICE_ASYNC", "DEVICE_INFO_HOST_ACCESSIBLE",
+    "DEVICE_INFO_READONLY", "DL_CPU", "DL_CUDA", "DL_OPENCL", "DL_EXT_DEV",
 ]
 
 # ---- status codes (devbuf/error.h) --------------------------------------------
@@ -111,7 +119,7 @@ DL_OPENCL = 4
 DL_EXT_DEV = 12
 
 #: (slot name, C signature in extension-function letters), in table order.
-SLOTS: Tuple[Tuple[str, str], ...] = _pyplugin.SLOTS
+SLOTS: _Tuple[_Tuple[str, str], ...] = _pyplugin.SLOTS
 OPTIONAL_SLOTS = ("init", "shutdown", "device_info_export", "device_info_import",
                   "host_alloc", "host_free")
 MANDATORY_SLOTS = tuple(n for n, _ in SLOTS if n not in OPTIONAL_SLOTS)
@@ -130,7 +138,7 @@ class CallbackError(Exception):
 
     status = ECALLBACK
 
-    def __init__(self, message: str = "", status: Optional[int] = None):
+    def __init__(self, message: str = "", status: _Optional[int] = None):
         super().__init__(message)
         if status is not None:
             self.status = int(status)
@@ -158,8 +166,8 @@ class BackendError(CallbackError):
 
 
 
-def ext_function(signature: str, doc: Optional[str] = None,
-                 name: Optional[str] = None) -> Callable[[_F], _F]:
+def ext_function(signature: str, doc: _Optional[str] = None,
+                 name: _Optional[str] = None) -> _Callable[[_F], _F]:
     """Mark a method as a plugin extension function with a C ``signature``.
 
     Letters: docs/plugin-authors.md, "Extension functions". The method gets
@@ -177,8 +185,8 @@ def ext_function(signature: str, doc: Optional[str] = None,
     return mark
 
 
-def dtype_namespace(id: Optional[str] = None, provider: Optional[str] = None,
-                    description: str = "") -> Callable[[_F], _F]:
+def dtype_namespace(id: _Optional[str] = None, provider: _Optional[str] = None,
+                    description: str = "") -> _Callable[[_F], _F]:
     """Mark a method as the interpreter of dtype namespace ``id`` (default: the
     plugin's ``name``), registered and unregistered together with the plugin,
     and listed with provider = the plugin's name. It gets the payload (str) and
@@ -226,7 +234,7 @@ class PythonPlugin:
     name: str = ""
     version: str = "0.1.0"
     description: str = ""
-    identifiers: Sequence[str] = ()
+    identifiers: _Sequence[str] = ()
 
 
 # ---- registration -------------------------------------------------------------------
@@ -235,7 +243,7 @@ class Registration:
     """A registered Python plugin: its runtime index, its table of closures and
     the dtype namespaces registered with it. ``unregister()`` undoes all of it."""
 
-    def __init__(self, table: _pyplugin.Table, namespaces: Sequence[_pyplugin.Namespace],
+    def __init__(self, table: _pyplugin.Table, namespaces: _Sequence[_pyplugin.Namespace],
                  plugin: object) -> None:
         self._table = table
         self._namespaces = namespaces
@@ -249,7 +257,7 @@ class Registration:
         return self._table.state == "registered"
 
     @property
-    def plugin(self) -> Optional[object]:
+    def plugin(self) -> _Optional[object]:
         """The registered Python object, or None once unregistered (the
         registration then holds no reference to it)."""
         return self._table.plugin
@@ -301,13 +309,13 @@ class Registration:
         return f"<devbuf.plugin.Registration '{self.name}' #{self.index} {self._table.state}>"
 
 
-_lock = threading.RLock()
-_registrations: Dict[int, Registration] = {}
+_lock = _threading.RLock()
+_registrations: _Dict[int, Registration] = {}
 
 
-def _collect_methods(plugin: object) -> Dict[str, Callable[..., Any]]:
-    methods: Dict[str, Callable[..., Any]] = {}
-    missing: List[str] = []
+def _collect_methods(plugin: object) -> _Dict[str, _Callable[..., _Any]]:
+    methods: _Dict[str, _Callable[..., _Any]] = {}
+    missing: _List[str] = []
     for slot, _sig in SLOTS:
         fn = getattr(plugin, slot, None)
         if fn is None:
@@ -323,7 +331,7 @@ def _collect_methods(plugin: object) -> Dict[str, Callable[..., Any]]:
     return methods
 
 
-def _marked(plugin: object, attr: str) -> List[Tuple[Tuple[Any, ...], Callable[..., Any]]]:
+def _marked(plugin: object, attr: str) -> _List[_Tuple[_Tuple[_Any, ...], _Callable[..., _Any]]]:
     """(mark, bound method) for each method ext_function or dtype_namespace
     marked with attr (mark: the tuple the decorator attached)."""
     out = []
@@ -335,7 +343,7 @@ def _marked(plugin: object, attr: str) -> List[Tuple[Tuple[Any, ...], Callable[.
     return out
 
 
-def register_plugin(plugin: object, *, origin: Optional[str] = None) -> Registration:
+def register_plugin(plugin: object, *, origin: _Optional[str] = None) -> Registration:
     """Turn ``plugin`` into a C plugin table of libffi closures and register it.
 
     Raises TypeError for a missing operation, ValueError for a bad extension
@@ -378,7 +386,7 @@ def register_plugin(plugin: object, *, origin: Optional[str] = None) -> Registra
         return reg
 
 
-def unregister(what: Union[Registration, object]) -> None:
+def unregister(what: _Union[Registration, object]) -> None:
     """Unregister a Registration, or the plugin object that was registered."""
     if isinstance(what, Registration):
         what.unregister()
@@ -389,12 +397,12 @@ def unregister(what: Union[Registration, object]) -> None:
     reg.unregister()
 
 
-def registrations() -> List[Registration]:
+def registrations() -> _List[Registration]:
     """The Python plugins registered now."""
     return list(_registrations.values())
 
 
-def register_dtype_namespace(id: str, interpret: Callable[[str], Any], *,
+def register_dtype_namespace(id: str, interpret: _Callable[[str], _Any], *,
                              provider: str = "python",
                              description: str = "") -> _pyplugin.Namespace:
     """Register dtype namespace ``id`` whose interpreter is a libffi closure
@@ -418,26 +426,26 @@ def unregister_dtype_namespace(id: str) -> None:
 
 # ---- extension functions ---------------------------------------------------------------
 
-@dataclass(frozen=True)
+@_dataclass(frozen=True)
 class ExtFunction:
     """One entry of a plugin's ext_functions table."""
 
-    name: Optional[str]
-    signature: Optional[str]
+    name: _Optional[str]
+    signature: _Optional[str]
     doc: str
     valid: bool
     error: str
     plugin: int
 
 
-def ext_functions(plugin: _PluginRef) -> List[ExtFunction]:
+def ext_functions(plugin: _PluginRef) -> _List[ExtFunction]:
     """The extension functions of a loaded plugin (a name, identifier, index or
     Registration), C or Python. Entries with a malformed signature or a NULL
     function are listed with ``valid=False`` and the reason."""
     return [ExtFunction(**d) for d in _pyplugin.ext_functions(plugin)]
 
 
-def call_ext(plugin: _PluginRef, name: str, *args: Any) -> Any:
+def call_ext(plugin: _PluginRef, name: str, *args: _Any) -> _Any:
     """Call extension function ``name`` of ``plugin`` through libffi.
 
     Arguments are converted with checks (TypeError for a wrong type,
@@ -450,7 +458,7 @@ def call_ext(plugin: _PluginRef, name: str, *args: Any) -> Any:
     return _pyplugin.call_ext(plugin, name, *args)
 
 
-def check_signature(signature: str) -> Dict[str, Any]:
+def check_signature(signature: str) -> _Dict[str, _Any]:
     """Parse a signature string; ValueError names the offending byte."""
     return _pyplugin.check_signature(signature)
 
@@ -463,17 +471,17 @@ def address_of(buffer: Buffer) -> int:
 
 # ---- the conformance suite, in this process -------------------------------------------------
 
-@dataclass
+@_dataclass
 class ConformanceResult:
     returncode: int
     output: str
 
     @property
-    def results(self) -> Dict[str, Tuple[str, str]]:
+    def results(self) -> _Dict[str, _Tuple[str, str]]:
         """check name -> (PASS/FAIL/SKIP, detail)."""
-        out: Dict[str, Tuple[str, str]] = {}
+        out: _Dict[str, _Tuple[str, str]] = {}
         for line in self.output.splitlines():
-            m = re.match(r"^(PASS|FAIL|SKIP) ([A-Za-z0-9_]+)(?:: (.*))?$", line)
+            m = _re.match(r"^(PASS|FAIL|SKIP) ([A-Za-z0-9_]+)(?:: (.*))?$", line)
             if m:
                 out[m.group(2)] = (m.group(1), m.group(3) or "")
         return out
@@ -483,9 +491,9 @@ class ConformanceResult:
         return self.returncode == 0
 
 
-def run_conformance(identifier: str, checks: Sequence[str] = (), *,
+def run_conformance(identifier: str, checks: _Sequence[str] = (), *,
                     allow_no_device: bool = False, isolate: bool = False,
-                    timeout: Optional[float] = None) -> ConformanceResult:
+                    timeout: _Optional[float] = None) -> ConformanceResult:
     """Run the devbuf_conformance suite (tests/conformance/conformance.c, the
     same code as the executable) against ``identifier``, where Python plugins
     exist: this process. The GIL is released while it runs; the suite's own
@@ -499,7 +507,7 @@ def run_conformance(identifier: str, checks: Sequence[str] = (), *,
     line, and this process survives. Fork only from a process whose other
     threads hold no lock the plugin needs (the copy has only the calling
     thread)."""
-    args: List[str] = []
+    args: _List[str] = []
     if allow_no_device:
         args.append("--allow-no-device")
     if not isolate:
@@ -513,9 +521,9 @@ def run_conformance(identifier: str, checks: Sequence[str] = (), *,
     return ConformanceResult(rc, out)
 
 
-def run_dtype_conformance(namespace: str, payloads: Sequence[str], checks: Sequence[str] = (),
+def run_dtype_conformance(namespace: str, payloads: _Sequence[str], checks: _Sequence[str] = (),
                           *, isolate: bool = False,
-                          timeout: Optional[float] = None) -> ConformanceResult:
+                          timeout: _Optional[float] = None) -> ConformanceResult:
     """The suite's dtype-namespace checks (``devbuf_conformance --dtype``) on
     ``namespace`` (registered here, built in, or a loaded plugin's) with
     ``payloads`` it understands: parsing, itemsize and alignment, the DLPack
@@ -523,7 +531,7 @@ def run_dtype_conformance(namespace: str, payloads: Sequence[str], checks: Seque
     threads at once. ``isolate`` and ``timeout`` as for run_conformance."""
     if not payloads:
         raise ValueError("give at least one payload the namespace understands")
-    args: List[str] = ["--dtype"]
+    args: _List[str] = ["--dtype"]
     if not isolate:
         args.append("--in-process")
     elif timeout is not None:
@@ -539,10 +547,13 @@ def run_dtype_conformance(namespace: str, payloads: Sequence[str], checks: Seque
 
 # ---- interpreter exit ---------------------------------------------------------------------
 
-@atexit.register
+@_atexit.register
 def _at_exit() -> None:  # pragma: no cover - runs at interpreter exit
     # Unregister what can be while Python still runs normally. What stays
     # (memory still alive) keeps working for the finalizing thread, e.g. when
     # module teardown frees the last buffers; other threads get
     # DEVBUF_ECALLBACK instead of entering a dying interpreter.
     _pyplugin._shutdown_all()
+
+
+del annotations  # the __future__ feature, not a public name

@@ -502,9 +502,39 @@ static inline int DevbufPy__GetBufferExRefused(PyObject *obj, int required) {
  *  3. get the buffer;
  *  4. if the producer did not set PyBUF_DEVICE in `flags` (an old producer
  *     that ignored the request, or a plain request), the result is a CPU
- *     buffer: `flags` loses PyBUF_DEVICE and `device`/`device_info` are NULL.
+ *     buffer: `flags` loses PyBUF_DEVICE and `device`/`device_info` are NULL;
+ *  5. strides are never NULL when a strided request (PyBUF_STRIDES or more)
+ *     was answered with ndim > 0: a producer that left them NULL gets C-order
+ *     strides filled in (memory these helpers own, marked by
+ *     DEVBUFPY_EXT_OWNS_STRIDES in `ext_flags`, freed by
+ *     DevbufPy_BufferRelease). A 0-d buffer keeps shape and strides NULL.
  * Returns 0, or -1 with an exception set (view->view.obj is then NULL).
- * Release with DevbufPy_BufferRelease (or PyBuffer_Release(&view->view)). */
+ * Release with DevbufPy_BufferRelease (PyBuffer_Release(&view->view) also
+ * works, but leaks the filled-in strides of such a producer). */
+/* The ext_flags bit of step 5: private to these helpers (the draft's own
+ * bits of ext_flags are all still zero). */
+#define DEVBUFPY_EXT_OWNS_STRIDES 0x40000000
+
+/* Step 5 of DevbufPy_GetBufferEx: C-order strides for a producer that gave
+ * none under a strided request, as CPython's memoryview computes them. */
+static inline int DevbufPy__FillStrides(DevbufPy_buffer_ext *view) {
+  Py_buffer *b = &view->view;
+  if (b->strides != NULL || b->ndim <= 0 || b->shape == NULL) return 0;
+  Py_ssize_t *st = (Py_ssize_t *)PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)b->ndim);
+  if (st == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  Py_ssize_t s = b->itemsize;
+  for (int i = b->ndim - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= b->shape[i];
+  }
+  b->strides = st;
+  view->ext_flags |= DEVBUFPY_EXT_OWNS_STRIDES;
+  return 0;
+}
+
 static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view, int flags) {
   int required = flags & PyBUF_REQUIRED_FLAGS;
   /* device/device_info need no zeroing here: unless the producer sets
@@ -535,6 +565,11 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
     view->device = NULL;
     view->device_info = NULL;
   }
+  if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES && view->view.strides == NULL &&
+      DevbufPy__FillStrides(view) < 0) {
+    PyBuffer_Release(&view->view);
+    goto fail;
+  }
   return 0;
 fail:
   view->device = NULL;
@@ -553,6 +588,12 @@ static inline int DevbufPy_BufferIsDevice(const DevbufPy_buffer_ext *view) {
 /* Release a buffer from DevbufPy_GetBufferEx, once. Safe on a view whose
  * get failed or that was already released (view->view.obj == NULL). */
 static inline void DevbufPy_BufferRelease(DevbufPy_buffer_ext *view) {
+  if (view->ext_flags & DEVBUFPY_EXT_OWNS_STRIDES) {
+    /* The producer gets back the NULL it gave. */
+    PyMem_Free(view->view.strides);
+    view->view.strides = NULL;
+    view->ext_flags &= ~DEVBUFPY_EXT_OWNS_STRIDES;
+  }
   PyBuffer_Release(&view->view); /* a no-op when view.obj is NULL */
   view->flags = 0;
   view->device = NULL;

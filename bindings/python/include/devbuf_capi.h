@@ -78,7 +78,8 @@ typedef struct DevbufPy_ViewInfo {
   int ndim;
   int readonly;
   const Py_ssize_t *shape;         /* ndim entries, or NULL (1-D, nbytes/itemsize items) */
-  const Py_ssize_t *strides;       /* ndim entries, or NULL (C-contiguous) */
+  const Py_ssize_t *strides;       /* ndim entries, never NULL for ndim > 0 (filled in, in
+                                      C order, for a producer that gave none) */
   const char *format;              /* never NULL ("B" when the producer gave none) */
   const char *device;              /* the producer's identifier, NULL for host memory */
   const void *device_info;         /* the producer's device_info, NULL for host memory */

@@ -30,13 +30,23 @@ static PyObject *info(PyObject *self, PyObject *obj) {
     Py_DECREF(v);
     return NULL;
   }
-  PyObject *d = Py_BuildValue("{s:N,s:n,s:n,s:i,s:i,s:s,s:z,s:i,s:i,s:s,s:i,s:N}", "ptr",
+  PyObject *shape = Py_NewRef(Py_None), *strides = Py_NewRef(Py_None);
+  for (int k = 0; k < 2; k++) {
+    const Py_ssize_t *src = k ? vi.strides : vi.shape;
+    if (src == NULL) continue;
+    PyObject *t = PyTuple_New(vi.ndim);
+    for (int i = 0; t && i < vi.ndim; i++) PyTuple_SET_ITEM(t, i, PyLong_FromSsize_t(src[i]));
+    if (t == NULL) break;
+    if (k) Py_SETREF(strides, t);
+    else Py_SETREF(shape, t);
+  }
+  PyObject *d = Py_BuildValue("{s:N,s:n,s:n,s:i,s:i,s:s,s:z,s:i,s:i,s:s,s:i,s:N,s:N,s:N}", "ptr",
                               PyLong_FromVoidPtr(vi.ptr), "nbytes", vi.nbytes, "itemsize",
                               vi.itemsize, "ndim", vi.ndim, "readonly", vi.readonly, "format",
                               vi.format, "device", vi.device, "is_device", vi.is_device,
                               "host_accessible", vi.host_accessible, "dev_identifier",
                               vi.dev.identifier, "dev_ordinal", vi.dev.ordinal, "event",
-                              PyLong_FromVoidPtr(vi.event));
+                              PyLong_FromVoidPtr(vi.event), "shape", shape, "strides", strides);
   int rc = api->View_Release(v);
   Py_DECREF(v);
   if (rc < 0) {

@@ -212,19 +212,21 @@ typedef struct {
   Py_ssize_t exports, getbuffer_calls, release_calls;
   int last_flags;
   Py_ssize_t itemsize;     /* > 1: answers with format NULL and items this large */
+  int null_strides;        /* answers strided requests with strides NULL (C order implied) */
   Py_ssize_t shape[1];
   struct { uint32_t magic; } info; /* our identifier's device_info */
 } Exporter;
 
 static int exporter_init(Exporter *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"data", "mode", "misbehave", "itemsize", NULL};
+  static char *kwlist[] = {"data", "mode", "misbehave", "itemsize", "null_strides", NULL};
   const char *data, *mode = "both";
   Py_ssize_t len, itemsize = 1;
-  int misbehave = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "y#|s$pn", kwlist, &data, &len, &mode, &misbehave,
-                                   &itemsize))
+  int misbehave = 0, null_strides = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "y#|s$pnp", kwlist, &data, &len, &mode, &misbehave,
+                                   &itemsize, &null_strides))
     return -1;
   self->itemsize = itemsize;
+  self->null_strides = null_strides;
   if (self->exports) {
     PyErr_SetString(PyExc_BufferError, "Exporter is exported");
     return -1;
@@ -269,6 +271,9 @@ static int exporter_getbuffer(Exporter *self, Py_buffer *view, int flags) {
       view->shape = self->shape;
     }
   }
+  /* The producer sample of old docs/producers.md: C order said with NULL
+   * strides, even under PyBUF_STRIDES (devbuf's consumers fill them in). */
+  if (self->null_strides) view->strides = NULL;
   if (device) {
     DevbufPy_BufferSetDevice(view, flags, fake_device, &self->info);
   } else if (self->misbehave) {

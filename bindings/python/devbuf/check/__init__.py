@@ -16,7 +16,7 @@ See docs/conformance-kit.md.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List as _List
 
 from ._capi import ALL_REQUESTS, TEST_BUFFER_REQUESTS, Answer, Held, getbuffer, request_name
 from ._consumer import CONSUMER_RULES, LegacyOnly, consumer
@@ -37,9 +37,9 @@ def target(name: str) -> Target:
                          "pass module:factory") from None
 
 
-def run_target(t: Target, *, consumers: bool = True) -> List[Report]:
+def run_target(t: Target, *, consumers: bool = True) -> _List[Report]:
     """Producer reports for each factory of Target t, then consumer reports."""
-    reports: List[Report] = []
+    reports: _List[Report] = []
     for label, factory in t.factories.items():
         reports.append(producer(factory, name=label, cases=t.cases, dtypes=t.dtypes))
     if consumers:
@@ -56,3 +56,6 @@ __all__ = [
     "Target", "consumer", "default_cases", "format_sizes", "getbuffer", "numpy_source",
     "producer", "read_capsule", "request_name", "run_target", "target", "to_numpy",
 ]
+
+
+del annotations  # the __future__ feature, not a public name

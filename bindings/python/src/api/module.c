@@ -182,36 +182,62 @@ static PyObject *m_check_buffer_supports(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"devices", dbp_devices, METH_NOARGS, "devices() -> list of every usable Device."},
+    {"devices", dbp_devices, METH_NOARGS, "devices($module, /)\n--\n\n"
+     "A list of every usable Device (the host's included)."},
     {"device", dbp_device_func, METH_O,
-     "device(spec) -> Device for a Device, 'identifier' (ordinal 0) or 'identifier:N'."},
+     "device($module, spec, /)\n--\n\n"
+     "The Device for `spec`: a Device, 'identifier' (ordinal 0, e.g. 'devbuf.sim') or "
+     "'identifier:N'. Raises PluginError when no plugin implements it (naming the registered "
+     "identifiers it may have meant) or the device cannot be opened."},
     {"_plugins", m_plugins, METH_NOARGS, "Raw plugin records (see devbuf.plugins())."},
     {"_load_plugin", m_load_plugin, METH_VARARGS,
      "_load_plugin(path, source=None): raw load (see devbuf.load_plugin())."},
     {"_secure_execution", m_secure_execution, METH_NOARGS,
      "True in secure-execution mode (setuid/setgid), where plugin variables are ignored."},
     {"plugin_stats", m_plugin_stats, METH_O,
+     "plugin_stats($module, name_or_index, /)\n--\n\n"
      "plugin_stats(name_or_index) -> dict of live allocations, bytes, streams, events and host "
      "allocations made through the runtime (for leak checks)."},
-    {"search_path", m_search_path, METH_NOARGS, "The plugin search path the runtime used."},
-    {"runtime_version", m_runtime_version, METH_NOARGS, "libdevbuf's version and plugin ABI."},
+    {"search_path", m_search_path, METH_NOARGS, "search_path($module, /)\n--\n\n"
+     "The plugin search path the runtime used."},
+    {"runtime_version", m_runtime_version, METH_NOARGS, "runtime_version($module, /)\n--\n\n"
+     "libdevbuf's version and plugin ABI."},
     {"check_buffer_supports", m_check_buffer_supports, METH_VARARGS,
-     "check_buffer_supports(obj, flags) -> bool: DevbufPy_CheckBufferSupports."},
+     "check_buffer_supports($module, obj, flags, /)\n--\n\n"
+     "True if type(obj) advertises every required flag of `flags` (an int of PyBUF_* bits, "
+     "e.g. devbuf.PyBUF_DEVICE) in __buffer_supported_flags__: the backport of "
+     "PyObject_CheckBufferSupports (DevbufPy_CheckBufferSupports in C)."},
     {"empty", (PyCFunction)(void (*)(void))dbp_empty, METH_VARARGS | METH_KEYWORDS,
-     "empty(shape, format='B', device=None, *, readonly=False) -> DeviceBuffer, uninitialised."},
+     "empty($module, /, shape, format='B', device=None, *, readonly=False)\n--\n\n"
+     "An uninitialised DeviceBuffer (the C function under devbuf.empty, which also takes "
+     "NumPy dtypes). shape: an int or a sequence of ints; format: a struct/PEP 3118 format "
+     "string; device: a Device, 'identifier' or 'identifier:N' (None: the host); readonly: "
+     "exports refuse PyBUF_WRITABLE."},
     {"from_host", (PyCFunction)(void (*)(void))dbp_from_host, METH_VARARGS | METH_KEYWORDS,
-     "from_host(obj, device=None, *, readonly=False) -> DeviceBuffer with a copy of obj's "
-     "buffer (shape and format kept)."},
+     "from_host($module, /, obj, device=None, *, readonly=False)\n--\n\n"
+     "A DeviceBuffer holding a copy of obj's buffer (shape and format kept; a non-contiguous "
+     "source is packed in C order). obj: any host buffer exporter (a NumPy array, bytes, "
+     "memoryview); device: a Device, 'identifier' or 'identifier:N' (None: the host); "
+     "readonly: exports of the result refuse PyBUF_WRITABLE."},
     {"view", (PyCFunction)(void (*)(void))dbp_view_func, METH_FASTCALL | METH_KEYWORDS,
-     "view(obj, *, writable=False) -> DeviceView of any buffer exporter."},
+     "view($module, /, obj, *, writable=False)\n--\n\n"
+     "A DeviceView of obj: any buffer exporter (device memory included, through PyBUF_DEVICE), "
+     "or a DLPack, Arrow, CUDA Array Interface or array-interface producer. writable: ask "
+     "for a writable export (BufferError if refused). Use it in a with block, or release()."},
     {"_parse_format", (PyCFunction)(void (*)(void))dbp_parse_format,
      METH_VARARGS | METH_KEYWORDS, "Raw parse (see devbuf.parse_format())."},
     {"register_dtype_namespace", (PyCFunction)(void (*)(void))dbp_register_dtype_namespace,
      METH_VARARGS | METH_KEYWORDS,
-     "register_dtype_namespace(id, interpret, *, provider='python', description='')"},
+     "register_dtype_namespace($module, /, id, interpret, *, provider='python', description='')\n--\n\n"
+     "Define the dtype namespace `id` in Python. interpret(payload) returns None (not "
+     "understood) or a mapping with itemsize (required) and optionally kind, alignment, bits, "
+     "elements_per_item, dlpack, canonical, plain_format. provider and description are shown "
+     "by dtype_namespaces()."},
     {"unregister_dtype_namespace", dbp_unregister_dtype_namespace, METH_O,
-     "unregister_dtype_namespace(id): undo register_dtype_namespace."},
+     "unregister_dtype_namespace($module, id, /)\n--\n\n"
+     "Remove the Python dtype namespace `id` (waits for calls still running in it)."},
     {"dtype_namespaces", dbp_dtype_namespaces, METH_NOARGS,
+     "dtype_namespaces($module, /)\n--\n\n"
      "dtype_namespaces() -> list of dicts (id, provider, description, source)."},
     {NULL},
 };

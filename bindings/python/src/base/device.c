@@ -172,7 +172,12 @@ DbpDevice *dbp_device_get(PyObject *arg) {
   devbuf_device dev;
   devbuf_error err;
   devbuf_error_clear(&err);
-  if (devbuf_device_open(spec, &dev, &err) != DEVBUF_OK) return (DbpDevice *)dbp_raise(&err);
+  if (devbuf_device_open(spec, &dev, &err) != DEVBUF_OK) {
+    void dbp_device_hint(PyObject *spec); /* hints.c: "did you mean 'devbuf.cuda'?" */
+    dbp_raise(&err);
+    dbp_device_hint(arg);
+    return NULL;
+  }
   DbpDevice *d = dbp_device_from_devbuf(&dev);
   if (d == NULL) return NULL;
   if (cache_put(arg, d) < 0) {
@@ -308,6 +313,7 @@ static PyGetSetDef device_getset[] = {
 
 static PyMethodDef device_methods[] = {
     {"synchronize", (PyCFunction)device_synchronize, METH_NOARGS,
+     "synchronize($self, /)\n--\n\n"
      "Block until all work on the device's default stream is done."},
     {"__reduce__", (PyCFunction)device_reduce, METH_NOARGS, NULL},
     {NULL},

@@ -416,8 +416,16 @@ static Py_hash_t obj_hash(PyObject *self, const char *const *names) {
   return h;
 }
 
-static PyObject *fmt_repr(PyObject *s) { return obj_repr(s, fmt_attrs); }
-static PyObject *fld_repr(PyObject *s) { return obj_repr(s, fld_attrs); }
+/* Short reprs (a nested struct's full attribute list ran to hundreds of
+ * characters): what identifies the item; the attributes hold the rest. */
+static PyObject *fmt_repr(PyObject *s) {
+  static const char *const short_attrs[] = {"format", "mode", "itemsize", NULL};
+  return obj_repr(s, short_attrs);
+}
+static PyObject *fld_repr(PyObject *s) {
+  static const char *const short_attrs[] = {"name", "kind", "code", "offset", "size", NULL};
+  return obj_repr(s, short_attrs);
+}
 static PyObject *fmt_richcompare(PyObject *a, PyObject *b, int op) {
   return obj_richcompare(a, b, op, fmt_attrs);
 }
@@ -1114,11 +1122,13 @@ static PyObject *calcsize(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 static PyMethodDef format_methods[] = {
     {"calcsize", (PyCFunction)(void (*)(void))calcsize, METH_FASTCALL,
+     "calcsize($module, format, mode='default', /)\n--\n\n"
      "calcsize(format, mode='default', /) -> item size in bytes of a str or bytes format (like struct.calcsize; modes: "
      "'default', 'struct', 'numpy'). Raises devbuf.FormatError with .offset."},
     {"_set_format_factory", (PyCFunction)set_format_factory, METH_O,
      "Set the callable that turns a custom item's dict into devbuf.Custom."},
     {"parse_format", (PyCFunction)(void (*)(void))parse_format_fast, METH_FASTCALL | METH_KEYWORDS,
+     "parse_format($module, /, fmt, mode='default', *, allow_unknown=False, plugins=True, lint=False)\n--\n\n"
      "parse_format($module, fmt, mode='default', *, allow_unknown=False, plugins=True, lint=False)\n"
      "--\n\n"
      "Parse a buffer-protocol format string, custom dtypes included, into a devbuf.Format.\n\n"

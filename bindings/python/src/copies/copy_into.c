@@ -140,6 +140,16 @@ static int copy_to_device(const dbp_copy_src *s, const devbuf_device *odev, void
     Py_END_ALLOW_THREADS
     return rc == DEVBUF_OK ? 0 : dbp_fail(&err);
   }
+  if ((s->dev == NULL || s->dev->backend == NULL) && s->host_readable && src_contiguous(s)) {
+    /* Contiguous host memory: uploaded from where it is, no host copy. */
+    const void *src = s->ptr;
+    size_t n = s->nbytes;
+    Py_BEGIN_ALLOW_THREADS
+    if (oevent) rc = devbuf_event_synchronize(odev, oevent, &err);
+    if (rc == DEVBUF_OK) rc = devbuf_copy_from_host_sync(odev, dst, 0, src, n, &err);
+    Py_END_ALLOW_THREADS
+    return rc == DEVBUF_OK ? 0 : dbp_fail(&err);
+  }
   char *tmp = PyMem_RawMalloc(s->nbytes);
   if (tmp == NULL) {
     PyErr_NoMemory();

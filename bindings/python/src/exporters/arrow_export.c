@@ -382,12 +382,14 @@ static PyObject *m_arrow_c_array(PyObject *self, PyObject *args, PyObject *kwarg
 static PyMethodDef export_methods[] = {
     {"__arrow_c_device_array__", (PyCFunction)(void (*)(void))m_arrow_c_device_array,
      METH_VARARGS | METH_KEYWORDS,
+     "__arrow_c_device_array__($self, /, requested_schema=None, **kwargs)\n--\n\n"
      "__arrow_c_device_array__(requested_schema=None, **kwargs) -> (schema, device array) "
      "PyCapsules of a contiguous 1-d buffer (Arrow C device data interface). devbuf.sim and "
      "devices Arrow has no type for are ARROW_DEVICE_EXT_DEV, named in the schema metadata "
      "key 'devbuf.device'."},
     {"__arrow_c_array__", (PyCFunction)(void (*)(void))m_arrow_c_array,
      METH_VARARGS | METH_KEYWORDS,
+     "__arrow_c_array__($self, /, requested_schema=None)\n--\n\n"
      "__arrow_c_array__(requested_schema=None) -> (schema, array) PyCapsules of a contiguous "
      "1-d buffer the host can read (Arrow C data interface); BufferError for device memory."},
     {NULL},

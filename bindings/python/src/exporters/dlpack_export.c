@@ -834,10 +834,12 @@ static const devbuf_dlpack_exchange_api g_api_foreign = {
 
 static PyMethodDef export_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))dlpack_method, METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> PyCapsule of a "
      "DLPack managed tensor (\"dltensor_versioned\" when max_version >= (1, 0), else "
      "\"dltensor\"). The memory stays exported until the consumer calls the deleter."},
     {"__dlpack_device__", dlpack_device_method, METH_NOARGS,
+     "__dlpack_device__($self, /)\n--\n\n"
      "__dlpack_device__() -> (device_type, device_id) as DLPack numbers them."},
     {NULL},
 };

@@ -17,6 +17,7 @@
  * reader (exports, downloads, device copies) honours it. Host staging
  * memory of an upload lives until `event` has completed. */
 #include "objects/objects.h"
+#include "objects/buffer_api.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -633,22 +634,28 @@ static PyObject *buffer_exit(PyObject *self, PyObject *args) { return buffer_fre
 
 static PyMethodDef buffer_methods[] = {
     {"to_host", (PyCFunction)(void (*)(void))buffer_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host($self, /, *, out=None)\n--\n\n"
      "to_host(*, out=None) -> DeviceBuffer on the host: a copy, after waiting for pending work. "
      "memoryview() and numpy.asarray() accept the result. With out (a writable host buffer of "
      "the same size, C order, same shape and item type or flat bytes): copies into it and "
      "returns it."},
     {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to_m, METH_FASTCALL | METH_KEYWORDS,
+     "copy_to($self, /, device=None, *, out=None)\n--\n\n"
      "copy_to(device, *, out=None) -> DeviceBuffer: a copy on `device` (Device, 'id' or "
      "'id:N'; None: the host); with out (a writable buffer on that device, e.g. another DeviceBuffer, or host "
      "memory): copies into it and returns it."},
     {"free", (PyCFunction)buffer_free, METH_NOARGS,
+     "free($self, /)\n--\n\n"
      "Give the memory back now. BufferError while exported; later use raises ValueError."},
     {"synchronize", (PyCFunction)buffer_synchronize, METH_NOARGS,
+     "synchronize($self, /)\n--\n\n"
      "Block until the work that produced the contents has finished."},
     {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
-     METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
-    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
+     METH_VARARGS | METH_KEYWORDS, "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+     "NumPy conversion of host memory; BufferError for device memory."},
+    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturn self (the with statement)."},
+    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, "__exit__($self, exc_type, exc, tb, /)\n--\n\nLeave the with block: free() the buffer."},
+    DBP_BUFFER_API_METHODS,
     {NULL},
 };
 
@@ -693,6 +700,7 @@ static PyGetSetDef buffer_getset[] = {
     {"ptr", (getter)get_ptr, NULL, "the device pointer, as an int", NULL},
     {"event", (getter)get_event, NULL,
      "the producer event readers wait on (an int handle), or None when the data is ready", NULL},
+    DBP_BUFFER_API_GETSET,
     {NULL},
 };
 
@@ -736,6 +744,7 @@ PyTypeObject DbpBuffer_Type = {
     .tp_dealloc = (destructor)buffer_dealloc,
     .tp_repr = (reprfunc)buffer_repr,
     .tp_as_buffer = &buffer_as_buffer,
+    .tp_as_mapping = &dbp_buffer_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Memory on a device, owned by devbuf. Make one with devbuf.empty() or "
               "devbuf.from_host(). Exports the extended buffer protocol (PyBUF_DEVICE).",
@@ -822,3 +831,100 @@ int dbp_buffer_init(PyObject *module) {
     return -1;
   return PyModule_AddObjectRef(module, "DeviceBuffer", (PyObject *)&DbpBuffer_Type);
 }
+
+/* ---- the NumPy-shaped parts: len(), .size, .dtype, .format_info, copy_from(), fill() and
+ * b[...] = x (declared in objects/buffer_api.h; the parts that need NumPy or the format
+ * parser live in devbuf/_api.py) ---- */
+
+
+/* devbuf._api.<name>(*args): the Python half. */
+static PyObject *call_api(const char *name, PyObject *a, PyObject *b) {
+  PyObject *mod = PyImport_ImportModule("devbuf._api");
+  if (mod == NULL) return NULL;
+  PyObject *r = b ? PyObject_CallMethod(mod, name, "OO", a, b) : PyObject_CallMethod(mod, name, "O", a);
+  Py_DECREF(mod);
+  return r;
+}
+
+PyObject *dbp_buffer_get_size(PyObject *self, void *c) {
+  DbpBuffer *b = (DbpBuffer *)self;
+  Py_ssize_t n = 1;
+  for (int i = 0; i < b->ndim; i++) n *= b->shape[i];
+  return PyLong_FromSsize_t(n);
+}
+
+PyObject *dbp_buffer_get_dtype(PyObject *self, void *c) { return call_api("buffer_dtype", self, NULL); }
+
+PyObject *dbp_buffer_get_format_info(PyObject *self, void *c) {
+  return call_api("format_info", self, NULL);
+}
+
+static Py_ssize_t buffer_length(PyObject *self) {
+  DbpBuffer *b = (DbpBuffer *)self;
+  if (b->ndim == 0) {
+    PyErr_SetString(PyExc_TypeError, "len() of a 0-d devbuf.DeviceBuffer (use .size)");
+    return -1;
+  }
+  return b->shape[0];
+}
+
+/* Host memory into this buffer: copy_into.c with `self` as `out`. The
+ * source's own memory is read in place when it is C-contiguous. */
+PyObject *dbp_buffer_copy_from(PyObject *self, PyObject *src) {
+  const char *what = "devbuf.DeviceBuffer.copy_from";
+  if (PyObject_TypeCheck(src, &DbpBuffer_Type) && !((DbpBuffer *)src)->host_readable) {
+    /* Device memory: the source's copy_to(device, out=self). */
+    PyObject *m = PyObject_GetAttrString(src, "copy_to");
+    if (m == NULL) return NULL;
+    PyObject *args = PyTuple_Pack(1, (PyObject *)((DbpBuffer *)self)->device);
+    PyObject *kw = args ? Py_BuildValue("{sO}", "out", self) : NULL;
+    PyObject *r = kw ? PyObject_Call(m, args, kw) : NULL;
+    Py_DECREF(m);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (r == NULL) return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+  }
+  Py_buffer v;
+  if (PyObject_GetBuffer(src, &v, PyBUF_RECORDS_RO) < 0) {
+    if (!PyObject_CheckBuffer(src)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError,
+                   "%s: src must be host memory with the buffer protocol (a NumPy array, bytes, "
+                   "memoryview) or a devbuf.DeviceBuffer, not %.100s",
+                   what, Py_TYPE(src)->tp_name);
+    }
+    return NULL;
+  }
+  Py_ssize_t st[PyBUF_MAX_NDIM];
+  const Py_ssize_t *strides = v.strides;
+  if (strides == NULL && v.ndim > 0) strides = (dbp_c_strides(v.ndim, v.shape, v.itemsize, st), st);
+  dbp_copy_src s = {NULL, 1, v.buf, (size_t)v.len, v.ndim, v.shape, strides, v.itemsize,
+                    v.format ? v.format : "B", NULL};
+  PyObject *r = dbp_copy_into(&s, self, NULL, 1, what);
+  PyBuffer_Release(&v);
+  if (r == NULL) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_NONE;
+}
+
+PyObject *dbp_buffer_fill(PyObject *self, PyObject *value) { return call_api("fill", self, value); }
+
+/* b[...] = x and b[:] = x (the whole buffer): copy_from for an array,
+ * fill for a scalar. Other keys: index on the host or in a framework. */
+static int buffer_ass_subscript(PyObject *self, PyObject *key, PyObject *value) {
+  if (value == NULL) {
+    PyErr_SetString(PyExc_TypeError, "devbuf.DeviceBuffer items cannot be deleted");
+    return -1;
+  }
+  PyObject *mod = PyImport_ImportModule("devbuf._api");
+  if (mod == NULL) return -1;
+  PyObject *r = PyObject_CallMethod(mod, "setitem", "OOO", self, key, value);
+  Py_DECREF(mod);
+  if (r == NULL) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
+PyMappingMethods dbp_buffer_as_mapping = {buffer_length, NULL, buffer_ass_subscript};

@@ -212,6 +212,7 @@ PyObject *dbp_exchange_import_bench(PyObject *self, PyObject *args) {
 
 static PyMethodDef import_functions[] = {
     {"from_dlpack", (PyCFunction)(void (*)(void))dbp_from_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     "from_dlpack($module, x, /, *, device=None, copy=None, legacy_writable=False)\n--\n\n"
      "from_dlpack(x, /, *, device=None, copy=None, legacy_writable=False) -> DeviceView of a "
      "DLPack producer's memory (through its type's C exchange table when it has one, else "
      "x.__dlpack__). device: a devbuf Device or spec, or a DLPack (type, id) pair; copy: None "

@@ -579,7 +579,8 @@ static PyGetSetDef view_getset[] = {
     {"sync", (getter)get_sync, NULL,
      "devbuf.Sync(identifier, event, stream) the consumer must honour before touching the "
      "data, or None when the data is ready", NULL},
-    {"dtype", (getter)get_dtype, NULL, "the parsed format (devbuf.parse_format)", NULL},
+    {"dtype", (getter)get_dtype, NULL, "the parsed format (devbuf.parse_format); also .format_info", NULL},
+    {"format_info", (getter)get_dtype, NULL, "the parsed format (a devbuf.Format), as DeviceBuffer.format_info", NULL},
     {NULL},
 };
 
@@ -631,17 +632,21 @@ static PyObject *view_exit(PyObject *v, PyObject *args) { return view_release_m(
 
 static PyMethodDef view_methods[] = {
     {"release", (PyCFunction)view_release_m, METH_NOARGS,
+     "release($self, /)\n--\n\n"
      "Release the producer's export now (once; later calls do nothing)."},
     {"synchronize", (PyCFunction)view_synchronize_m, METH_NOARGS,
+     "synchronize($self, /)\n--\n\n"
      "Block until the producer's event (see .sync) has completed."},
     {"to_host", (PyCFunction)(void (*)(void))view_to_host_m, METH_FASTCALL | METH_KEYWORDS,
+     "to_host($self, /, *, out=None)\n--\n\n"
      "to_host(*, out=None) -> DeviceBuffer on the host, C-contiguous, after honouring .sync; "
      "with out (a writable host buffer of the same size, C order, same shape and item type or "
      "flat bytes): copies into it and returns it."},
     {"__array__", (PyCFunction)(void (*)(void))dbp_array_via_memoryview,
-     METH_VARARGS | METH_KEYWORDS, "NumPy conversion of host memory; BufferError for device memory."},
-    {"__enter__", (PyCFunction)view_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)view_exit, METH_VARARGS, NULL},
+     METH_VARARGS | METH_KEYWORDS, "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+     "NumPy conversion of host memory; BufferError for device memory."},
+    {"__enter__", (PyCFunction)view_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturn self (the with statement)."},
+    {"__exit__", (PyCFunction)view_exit, METH_VARARGS, "__exit__($self, exc_type, exc, tb, /)\n--\n\nLeave the with block: release() the view."},
     {NULL},
 };
 
@@ -716,7 +721,7 @@ PyTypeObject DbpView_Type = {
     .tp_repr = (reprfunc)view_repr,
     .tp_as_buffer = &view_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "DeviceView(obj, *, writable=False): a view of any buffer exporter, device memory "
+    .tp_doc = "DeviceView(obj, *, writable=False)\n--\n\nA view of any buffer exporter, device memory "
               "included. Keeps obj alive; releases its export once (release(), with-block, or "
               "garbage collection).",
     .tp_traverse = (traverseproc)view_traverse,

@@ -615,6 +615,7 @@ static PyObject *from_arrow(PyObject *self, PyObject *obj) {
 
 static PyMethodDef arrow_functions[] = {
     {"from_arrow", (PyCFunction)from_arrow, METH_O,
+     "from_arrow($module, obj, /)\n--\n\n"
      "from_arrow(obj) -> devbuf.ArrowArray: import a primitive, null-free, flat array from any "
      "object with __arrow_c_device_array__ or __arrow_c_array__ (pyarrow, nanoarrow, ...). "
      "Refuses nulls, children, dictionaries, offsets buffers and non-primitive types with "
