@@ -63,7 +63,7 @@ PY
 fi
 
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
-# made: the script a GPU session runs first thing must not rot in between.
+# made: the script for GPU machines must not rot between runs on one.
 step "GPU check, dry run (scripts/gpu-check.sh --fake)"
 OUT= scripts/gpu-check.sh --fake || status=1
 
