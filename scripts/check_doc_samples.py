@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run every code sample of README.md and docs/ as a reader would.
+"""Run every code sample of README.md, README.pypi.md and docs/ as a reader would.
 
     scripts/check_doc_samples.py [--python PY] [--build DIR] [--list] [FILE.md ...]
 
@@ -397,7 +397,7 @@ GENERATED = {os.path.join("docs", "reference", "c-api.md")}
 
 
 def default_files() -> List[str]:
-    files = [os.path.join(ROOT, "README.md")]
+    files = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "README.pypi.md")]
     for p in sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)):
         if "/_build/" not in p and os.path.relpath(p, ROOT) not in GENERATED:
             files.append(p)
