@@ -4,7 +4,6 @@
   organised (work sessions, the tooling that lends machines, who reviews what).
 - User pages (README.md and the guides in docs/) carry no issue numbers: design
   notes, measurements and their history live in the development pages below.
-- The README's first example is examples/taste.py, which scripts/run.sh runs.
 """
 import pathlib
 import re
@@ -72,11 +71,3 @@ def test_no_issue_numbers_in_user_pages():
 def test_the_patterns_themselves(line, bad):
     assert bool(PROCESS.search(line) or ISSUE.search(line)) is bad
 
-
-def test_readme_first_example_is_taste_py():
-    readme = (REPO / "README.md").read_text()
-    first = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
-    assert first == (REPO / "examples" / "taste.py").read_text(), \
-        "README.md's first Python block and examples/taste.py (run by scripts/run.sh) differ"
-    words_before = len(readme[:readme.index("```python")].split())
-    assert words_before < 400, "the first example starts at word %d of the README" % words_before
