@@ -184,8 +184,12 @@ class Checker:
         self.failures: List[str] = []
         self.outputs: Dict[Tuple[str, int], Block] = {}
         self.counts: Dict[str, int] = {}
-        self.incdir = os.path.join(build, "python", "devbuf", "include")
         self.pyheaders = self._python_headers()
+        # The headers as a user finds them: devbuf.get_include() of the devbuf
+        # the checking interpreter imports (the build's, or an installed one).
+        r = subprocess.run([python, "-c", "import devbuf; print(devbuf.get_include())"],
+                           env=self.env(tempfile.gettempdir()), capture_output=True, text=True)
+        self.incdir = r.stdout.strip() if r.returncode == 0 else os.path.join(build, "python", "devbuf", "include")
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1

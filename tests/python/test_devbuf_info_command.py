@@ -17,11 +17,20 @@ def run(args, env):
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_executable_is_the_builds_tool(devbuf_build):
+def test_executable_is_the_tool_next_to_libdevbuf(devbuf_env):
+    """The build's build/bin/devbuf-info for a build tree, the package's
+    devbuf/bin/devbuf-info for a wheel, <prefix>/bin for a CMake install."""
+    import devbuf
     from devbuf import _info
+    from devbuf.__main__ import _libdir
     exe = _info.executable()
     assert exe is not None, "devbuf._info.executable() found no devbuf-info"
-    assert os.path.realpath(exe) == os.path.realpath(devbuf_build / "bin" / "devbuf-info")
+    pkg = os.path.dirname(os.path.abspath(devbuf.__file__))
+    expected = {os.path.realpath(os.path.join(pkg, "bin", "devbuf-info")),
+                os.path.realpath(os.path.join(os.path.dirname(_libdir()), "bin", "devbuf-info"))}
+    assert os.path.realpath(exe) in expected
+    r = run([exe, "--version"], devbuf_env)
+    assert r.returncode == 0 and r.stdout.startswith("devbuf-info %s " % devbuf.__version__), r.stdout
 
 
 def test_python_m_devbuf_info(devbuf_env):
