@@ -177,10 +177,9 @@ for b in blocks:
 
 
 class Checker:
-    def __init__(self, python: str, build: str, verbose: bool) -> None:
+    def __init__(self, python: str, build: str) -> None:
         self.python = python
         self.build = build
-        self.verbose = verbose
         self.failures: List[str] = []
         self.outputs: Dict[Tuple[str, int], Block] = {}
         self.counts: Dict[str, int] = {}
@@ -196,10 +195,6 @@ class Checker:
 
     def fail(self, b: Block, msg: str) -> None:
         self.failures.append("%s: %s sample: %s" % (b.where, b.lang, msg.rstrip()))
-
-    def log(self, msg: str) -> None:
-        if self.verbose:
-            print(msg)
 
     @staticmethod
     def _python_headers() -> List[Tuple[str, str]]:
@@ -413,13 +408,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/**/*.md)")
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
     ap.add_argument("--build", default=os.environ.get("DEVBUF_BUILD_DIR") or os.path.join(ROOT, "build"))
-    ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     build = os.path.abspath(args.build)
     if not os.path.isdir(os.path.join(build, "python", "devbuf")):
         print("check_doc_samples: %s has no built devbuf package (build first)" % build, file=sys.stderr)
         return 2
-    c = Checker(args.python, build, args.verbose)
+    c = Checker(args.python, build)
     files = [os.path.abspath(f) for f in args.files] or default_files()
     for f in files:
         c.check_file(f)
