@@ -113,9 +113,5 @@ if(NOT _devbuf_incdir STREQUAL "${_devbuf_pkg}/include")
     COMPONENT python FILES_MATCHING PATTERN "*.h")
 endif()
 
-# The launcher behind the wheel's `devbuf-info` console script (pyproject.toml
-# puts the native tool in devbuf/bin, where the launcher looks for it).
-if(SKBUILD)
-  install(FILES ${CMAKE_CURRENT_LIST_DIR}/python/_devbuf_info.py DESTINATION ${_devbuf_pkg}
-    COMPONENT python)
-endif()
+# The wheel's `devbuf-info` console script is devbuf/_info.py (pyproject.toml), a Python
+# file of the package: it finds the native tool in devbuf/bin.

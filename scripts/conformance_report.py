@@ -54,6 +54,12 @@ def failing(results):
                   for rid, res in rep.results.items() if res.status == kit.FAIL)
 
 
+# Read by scripts/check_doc_samples.py: the reproducer runs, and the library's
+# own exception, which is what it shows, does not fail it.
+REPRO_MARKER = ("<!-- sample: reproducer (the library's failure as the kit reproduces it; "
+                "its exception is the finding) -->")
+
+
 def markdown(results, skipped):
     L = [BEGIN, "", f"Produced by `{COMMAND}` on CPython {platform.python_version()} "
          f"({platform.machine()}), devbuf {devbuf.__version__}.", ""]
@@ -80,7 +86,7 @@ def markdown(results, skipped):
                 for o_reason, o_case in r.others:
                     L.append(f"- also: {o_reason} (`{o_case}`)")
                 if r.reproducer:
-                    L += ["", "```python", r.reproducer, "```"]
+                    L += ["", REPRO_MARKER, "```python", r.reproducer, "```"]
                 L.append("")
     L.append(END)
     return "\n".join(L)

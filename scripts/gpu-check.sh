@@ -5,24 +5,23 @@
 # (devbuf.check, issue 34) on CuPy and PyTorch CUDA arrays; a report in
 # Markdown + JSON.
 #
-#   scripts/gpu-check.sh           on a machine with an NVIDIA GPU (the device
-#                                  tool's `run` with command scripts/gpu-check.sh)
+#   scripts/gpu-check.sh           on a machine with an NVIDIA GPU
 #   scripts/gpu-check.sh --fake    anywhere: the same steps over the fake libcuda
 #                                  (tests/gpu/fake_cuda.c); scripts/test.sh runs it
 #
-# Report: $OUT when set (the device tool brings it back), else build-gpu/report
+# Report: $OUT when set (a folder that is collected afterwards), else build-gpu/report
 # (--fake: <build>/gpu-check-fake). At most 8 files there, no folders:
 # gpu-check.md (everything), gpu-check.json, log.md (each step's output),
 # bench_cuda.md/.json, bench_cuda_interop.json, interop_tests.json,
 # conformance_kit.json.
 #
-# Real mode builds in build-gpu with the `python3` on PATH (the GPU machines
+# Real mode builds in build-gpu with the `python3` on PATH (a GPU machine may
 # have no PyPI, no Debian packages, no network: what is missing is reported,
 # not installed; CPython headers may be carried in build-gpu-carry/pythonX.Y,
-# see README's GPU section). --fake reuses ./build when it is configured (scripts/test.sh
+# see docs/development.md, "Running on a GPU machine"). --fake reuses ./build when it is configured (scripts/test.sh
 # has just built it). Every step has a time limit and the whole run a budget
 # (DEVBUF_GPU_CHECK_BUDGET seconds, default 480), so that it ends well inside
-# the device tool's 10 minutes; a step that did not fit is reported as such.
+# 10 minutes; a step that did not fit is reported as such.
 # Exit status: 0 when no step failed (skips are not failures), else 1.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -116,7 +115,7 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   if [[ ! -f "$BUILD/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
     configure_args+=(-G Ninja)
   fi
-  # A new compiler's new warning must not cost a GPU session: CI keeps -Werror.
+  # A new compiler's new warning must not cost a GPU run: CI keeps -Werror.
   configure_args+=(-DDEVBUF_WERROR=OFF -DCMAKE_BUILD_TYPE=Release)
   if [[ -n "$PY" ]]; then
     configure_args+=("-DPython3_EXECUTABLE=$PY")
@@ -125,8 +124,8 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
     # An interpreter without its -dev headers (a distribution's python3 in a
     # venv): the same minor version's headers from elsewhere build a working
     # extension (only pyconfig.h differs between builds, and not in what an
-    # extension sees), as manylinux wheels are built. The device tool's
-    # `carry` brings them: build-gpu-carry/pythonX.Y/Python.h (README, GPU).
+    # extension sees), as manylinux wheels are built. Put them in
+    # build-gpu-carry/pythonX.Y/Python.h (docs/development.md, GPU machine).
     carried="${DEVBUF_PYTHON_INCLUDE:-$ROOT/build-gpu-carry/python$pyver}"
     if [[ -n "${DEVBUF_PYTHON_INCLUDE:-}" || ( -z "$pyinc" && -f "$carried/Python.h" ) ]]; then
       if [[ -n "${DEVBUF_PYTHON_INCLUDE:-}" ]]; then why="DEVBUF_PYTHON_INCLUDE"
@@ -136,7 +135,7 @@ if (( ! FAKE )) || [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
     elif [[ -n "$pyinc" ]]; then
       configure_args+=(-DDEVBUF_BUILD_PYTHON=ON)
     else
-      note "no Python.h for $PY ($pyver): Python bindings not built, the interop tests cannot run; carry CPython $pyver's include/python$pyver as build-gpu-carry/python$pyver (README, GPU section)"
+      note "no Python.h for $PY ($pyver): Python bindings not built, the interop tests cannot run; carry CPython $pyver's include/python$pyver as build-gpu-carry/python$pyver (docs/development.md, Running on a GPU machine)"
       configure_args+=(-DDEVBUF_BUILD_PYTHON=OFF)
     fi
   else
@@ -231,7 +230,7 @@ for lib in cupy torch; do
   have_lib=0
   [[ -n "$PY" ]] && "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$lib') is None)" 2>/dev/null && have_lib=1
   if (( FAKE )); then
-    skip "kit_$lib" "dry run: the fake libcuda is no GPU for $lib's CUDA arrays$( (( have_lib )) || echo ", and $lib is not installed"); runs on a lent GPU"
+    skip "kit_$lib" "dry run: the fake libcuda is no GPU for $lib's CUDA arrays$( (( have_lib )) || echo ", and $lib is not installed"); runs on a machine with an NVIDIA GPU"
   elif [[ -z "$PY" ]]; then skip "kit_$lib" "no python3 on PATH"
   elif (( build_ok != 0 || ! HAVE_PY )); then skip "kit_$lib" "no Python bindings built"
   elif (( ! have_lib )); then skip "kit_$lib" "$lib is not installed for $PY"

@@ -67,6 +67,15 @@ if [[ "$BUILD" == build && -d build/python/devbuf ]]; then
       say "installing devbuf into .venv (editable: $pth -> build/python)"
       echo "$ROOT/build/python" >"$pth"
     fi
+    # The `devbuf-info` command, as `pip install` makes it: a console script
+    # that runs build/bin/devbuf-info (devbuf/_info.py finds it next to the
+    # build's libdevbuf), so `.venv/bin/devbuf-info` works after set-up.
+    launcher=$(printf '#!%s\nimport sys\nfrom devbuf._info import main\nsys.exit(main())\n' \
+                      "$ROOT/.venv/bin/python")
+    if [[ "$(cat .venv/bin/devbuf-info 2>/dev/null)" != "$launcher" ]]; then
+      printf '%s\n' "$launcher" >.venv/bin/devbuf-info
+      chmod +x .venv/bin/devbuf-info
+    fi
   else
     say "not installing devbuf into .venv: it is $venv_real, outside this checkout"
   fi

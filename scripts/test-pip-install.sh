@@ -128,7 +128,7 @@ wheel=$(ls "$work"/dist/devbuf-*.whl 2>/dev/null | head -1)
 contents=$("$vpy" -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel")
 for pattern in 'devbuf/__init__\.py' 'devbuf/_devbuf[.].*\.so' 'devbuf/lib/libdevbuf\.so\.[0-9]+$' \
                'devbuf/lib/devbuf/plugins/devbuf_plugin_cpu\.so' 'devbuf/lib/devbuf/plugins/devbuf_plugin_sim\.so' \
-               'devbuf/bin/devbuf-info' 'devbuf/_devbuf_info\.py' 'devbuf/include/devbuf/plugin\.h' \
+               'devbuf/bin/devbuf-info' 'devbuf/_info\.py' 'devbuf/include/devbuf/plugin\.h' \
                'devbuf/lib/cmake/devbuf/devbufConfig\.cmake' 'entry_points\.txt' \
                'devbuf/__init__\.pxd' 'devbuf/include/devbuf_capi\.h' 'devbuf/__main__\.py' \
                'devbuf/py\.typed' 'devbuf/_devbuf\.pyi' \
@@ -189,6 +189,10 @@ quiet "${clean_env[@]}" "$vpy" "$src/scripts/pip_smoke.py"
 info_out=$("${clean_env[@]}" "$venv/bin/devbuf-info" 2>&1) || true
 grep -q 'devbuf\.sim' <<<"$info_out" || { echo "$info_out" >&2; die "venv's devbuf-info does not list devbuf.sim"; }
 "${clean_env[@]}" "$venv/bin/devbuf-info" --json >"$work/info.json" || true
+# `python -m devbuf info` is the same tool, outside any venv's bin/ (README, docs/devbuf-info.md)
+info_out=$("${clean_env[@]}" "$vpy" -m devbuf info --version 2>&1) \
+  || { echo "$info_out" >&2; die "python -m devbuf info --version failed"; }
+grep -q 'devbuf-info' <<<"$info_out" || { echo "$info_out" >&2; die "python -m devbuf info is not devbuf-info"; }
 "$vpy" - "$work/info.json" "$pkgdir/lib/devbuf/plugins" <<'PY' || die "venv's devbuf-info does not use the package's plugin directory"
 import json, os, sys
 info = json.load(open(sys.argv[1]))

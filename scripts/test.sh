@@ -41,6 +41,10 @@ PY
     DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" timeout 300 \
       .venv/bin/python scripts/conformance_report.py --check --json build/conformance-report.json \
       || status=1
+    # Every sample of README.md and docs/ run as written, then the docs built
+    # with warnings as errors (Sphinx + MyST, requirements-docs.txt).
+    step "docs (samples: scripts/check_doc_samples.py; build: scripts/docs-build.sh)"
+    { .venv/bin/python scripts/check_doc_samples.py && scripts/docs-build.sh build; } || status=1
   else
     status=1
   fi
@@ -59,7 +63,7 @@ PY
 fi
 
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
-# made: the script a GPU session runs first thing must not rot in between.
+# made: the script for GPU machines must not rot between runs on one.
 step "GPU check, dry run (scripts/gpu-check.sh --fake)"
 OUT= scripts/gpu-check.sh --fake || status=1
 

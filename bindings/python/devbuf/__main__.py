@@ -9,6 +9,7 @@ answer it.
     devbuf-config --plugindir       the folder the runtime searches by itself
     devbuf-config --user-plugindir  the per-user folder (docs/install.md)
     devbuf-config --version
+    python -m devbuf info [ARGS]    the devbuf-info tool (same as the devbuf-info command)
 
 Paths come from where the runtime really is (the plugin folder it searched),
 so the answers hold for a wheel, an editable install and a CMake install.
@@ -68,9 +69,15 @@ def _answer(what: str) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if args_in[:1] == ["info"]:        # python -m devbuf info ...: devbuf-info itself
+        from ._info import main as info_main
+
+        return info_main(args_in[1:])
     p = argparse.ArgumentParser(prog="devbuf-config",
                                 description="Where an installed devbuf keeps its headers, "
-                                            "CMake and pkg-config packages and plugins.")
+                                            "CMake and pkg-config packages and plugins.",
+                                epilog="`python -m devbuf info [ARGS]` runs devbuf-info.")
     for opt, help_ in [("cflags", "compiler flags for devbuf's C headers"),
                        ("includedir", "the folder of devbuf_buffer.h, devbuf_capi.h, devbuf/*.h"),
                        ("cmakedir", "the CMake package folder (-Ddevbuf_DIR=...)"),
@@ -80,7 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                        ("version", "the devbuf version")]:
         p.add_argument("--" + opt, dest="what", action="append_const",
                        const=opt.replace("-", "_"), help=help_)
-    args = p.parse_args(argv)
+    args = p.parse_args(args_in)
     if not args.what:
         p.print_help(sys.stderr)
         return 2

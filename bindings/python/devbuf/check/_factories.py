@@ -247,7 +247,7 @@ def jax_target() -> Target:
                      "import jax.numpy as jnp"})})
 
 
-# ---- CUDA libraries (scripts/gpu-check.sh runs them on a lent GPU) --------------------------
+# ---- CUDA libraries (scripts/gpu-check.sh runs them on a GPU machine) --------------------------
 
 class Unavailable(ImportError):
     """The library imports but cannot run here (no GPU it can reach): the
