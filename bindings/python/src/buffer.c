@@ -951,12 +951,25 @@ PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs) {
   DbpDevice *d = dbp_device_get(device_arg);
   if (d == NULL) return NULL;
   Py_buffer src;
+  PyObject *via = NULL; /* devbuf.view(obj), when its buffer format cannot say the dtype */
   if (PyObject_GetBuffer(obj, &src, PyBUF_FULL_RO) < 0) {
-    Py_DECREF(d);
-    return NULL;
+    /* NumPy's datetime64 has no buffer format (ValueError), yet its array
+     * interface describes it: the routes of devbuf.view() read it, and
+     * their error names each route's reason when none can. */
+    if (PyObject_CheckBuffer(obj) && (PyErr_ExceptionMatches(PyExc_ValueError) ||
+                                      PyErr_ExceptionMatches(PyExc_BufferError))) {
+      PyErr_Clear();
+      via = (PyObject *)dbp_view_new(obj, 0);
+    }
+    if (via == NULL || PyObject_GetBuffer(via, &src, PyBUF_FULL_RO) < 0) {
+      Py_XDECREF(via);
+      Py_DECREF(d);
+      return NULL;
+    }
   }
   DbpBuffer *b = dbp_buffer_from_pybuffer(d, &src, readonly);
   PyBuffer_Release(&src);
+  Py_XDECREF(via);
   Py_DECREF(d);
   return (PyObject *)b;
 }

@@ -54,10 +54,11 @@ dbp_desc *dbp_desc_new(int kind, PyObject *source) {
   return d;
 }
 
-/* The owner's own release: the tensor's deleter, or the Arrow array's
- * release callback. */
+/* The owner's own release: the tensor's deleter, the Arrow array's
+ * release callback, or (array interface) the memoryview of its 'data'. */
 static void desc_release_owner(int kind, void *m) {
-  if (kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
+  if (kind == DBP_DESC_ARRAY_INTERFACE) Py_DECREF((PyObject *)m);
+  else if (kind == DBP_DESC_DLPACK) devbuf_dlpack_delete_versioned(m);
   else if (kind == DBP_DESC_ARROW) dbp_arrow_owner_free(m);
   else devbuf_dlpack_delete_legacy(m);
 }

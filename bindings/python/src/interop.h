@@ -38,6 +38,15 @@ dbp_desc *dbp_interop_import(PyObject *obj, PyObject **notes);
 int dbp_route_note(PyObject **notes, const char *route);
 /* Raise `type`: "devbuf cannot import T by any route it speaks (...)". */
 void dbp_route_raise(PyObject *type, PyObject *notes, PyObject *obj);
+/* ---- import_routes.c ------------------------------------------------------ */
+/* Every route but the buffer protocol, as devbuf.view() and the C API try
+ * them: the exchange table, Arrow (*arrow set to 1 when it answered: export
+ * with dbp_arrow_desc_export), then dbp_interop_import's. A route's
+ * BufferError hands over to the next, its reason appended to *notes (a
+ * list, made when NULL; the caller owns it). NULL with an exception on a
+ * hard error; NULL WITHOUT one when no route answered (*notes then holds
+ * each refusal, or stays NULL when obj speaks none). */
+dbp_desc *dbp_import_routes(PyObject *obj, PyObject **notes, int *arrow);
 /* The exchange table of obj's type (cached per type), NULL if none (an
  * exception is set only when the attribute is malformed). */
 const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type);
