@@ -485,3 +485,30 @@ def test_simple_format_says_what_the_answer_had():
     np_rep = kit.producer(lambda spec: spec.numpy(), checks=("buffer",),
                           cases=[ArraySpec("int32", (7,))])
     assert "answered format 'i' with no shape" in np_rep.results["bp.simple_format"].reason
+
+
+def test_the_standard_library_targets_find_their_known_bugs():
+    cases = [ArraySpec("int32", (3, 4)), ArraySpec("record_packed", (7,)),
+             ArraySpec("int16", (7,)), ArraySpec("uint8", (7,))]
+    rep = kit.producer(kit.target("ctypes").factories["ctypes arrays and Structures"],
+                       cases=cases, checks=("buffer",))
+    assert "PyBUF_ND|PyBUF_STRIDES|PyBUF_F_CONTIGUOUS answered a layout" in \
+        rep.results["bp.refuse"].reason
+    assert "format 'B' with itemsize 15" in rep.results["bp.format_itemsize"].reason
+    rep = kit.producer(kit.target("array").factories["array.array"], cases=cases,
+                       checks=("buffer",))
+    assert rep.failures == [rep.results["bp.simple_format"]]
+    assert "with no shape" in rep.results["bp.simple_format"].reason
+    rep = kit.producer(kit.target("mmap").factories["mmap.mmap"], cases=cases,
+                       checks=("buffer",))
+    assert rep.ok, rep.format()
+
+
+def test_the_pillow_target_checks_the_array_interface():
+    pytest.importorskip("PIL")
+    rep = kit.producer(kit.target("pillow").factories["PIL.Image.Image"],
+                       cases=[ArraySpec("uint8", (3, 4)), ArraySpec("float32", (2, 5))],
+                       checks=("array_interface",))
+    for rid in ("ai.version", "ai.typestr", "ai.data", "ai.strides", "ai.values"):
+        assert rep.status(rid) == kit.PASS, rep.format()  # values read through its bytes
+    assert rep.ok, rep.format()

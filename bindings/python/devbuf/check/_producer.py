@@ -305,11 +305,12 @@ class _Ctx:
     def ok(self, rid: str) -> None:
         self.report.passed(rid, str(self.spec))
 
-    def fail(self, rid: str, reason: str, lines: Sequence[str] = ()) -> None:
+    def fail(self, rid: str, reason: str, lines: Sequence[str] = (),
+             kind: Optional[str] = None) -> None:
         code = self.repro(self.spec)
         if lines:
             code += "\n" + "\n".join(lines)
-        self.report.failed(rid, reason, str(self.spec), code)
+        self.report.failed(rid, reason, str(self.spec), code, kind)
 
     def skip(self, rid: str, reason: str, applies: bool = False) -> None:
         self.report.skipped(rid, reason, applies)
@@ -446,13 +447,16 @@ def check_buffer(c: _Ctx) -> None:
             if ans is not None and ans.format not in (None, b"B"):
                 f = ans.format.decode("latin-1")
                 if ans.shape is None:
+                    kind = "an item format with no shape"
                     why = (f"{name} answered format {f!r} with no shape: a consumer cannot "
                            "tell the item count")
                 else:  # (a shape unasked is bp.answer's finding; the format is this one)
+                    kind = "an item format and a shape unasked"
                     why = (f"{name} (no PyBUF_ND) answered format {f!r} with shape "
                            f"{ans.shape}: a flat byte export carries no item format, so "
                            "the request was not met as asked")
-                c.fail(BP_SIMPLE_FORMAT, why, ["import devbuf.check", ask_line])
+                # (one finding whatever the item type: the format's content is not it)
+                c.fail(BP_SIMPLE_FORMAT, why, ["import devbuf.check", ask_line], kind)
             else:
                 c.ok(BP_SIMPLE_FORMAT)
         if ans is None:
@@ -991,7 +995,7 @@ def check_interface(c: _Ctx, cuda: bool) -> None:
                                      (dt.kind == "V" and not dt.fields)):
         c.fail(R["typestr"], f"typestr {ts!r} for dtype {dt} (kind {dt.kind!r}, itemsize "
                f"{dt.itemsize})", line)
-    elif not _ints(shape, nd) or tuple(shape) != spec.shape:
+    elif not isinstance(shape, tuple) or not _ints(shape, nd) or shape != spec.shape:
         c.fail(R["typestr"], f"shape {shape!r}: want a tuple of {nd} ints, {spec.shape}", line)
     else:
         c.ok(R["typestr"])
@@ -1010,9 +1014,10 @@ def check_interface(c: _Ctx, cuda: bool) -> None:
     ptr: Optional[int] = None
     if not cuda and data is not None and not isinstance(data, tuple):
         try:  # the interface allows an object exposing the buffer interface
-            memoryview(data).release()
+            raw = np.frombuffer(data, np.uint8)  # (held in `data` while the values are read)
             c.ok(R["data"])
-        except TypeError:
+            ptr = raw.ctypes.data if raw.size else None
+        except (TypeError, ValueError, BufferError):
             c.fail(R["data"], f"data {type(data).__name__} is neither (pointer, read_only) nor "
                    "a buffer", line)
     elif not cuda and data is None:

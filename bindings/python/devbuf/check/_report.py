@@ -54,12 +54,16 @@ def rule(id: str, role: str, spec: str, section: str, text: str) -> str:
 
 
 def _kind(reason: str) -> str:
-    """A failure's kind: its reason without request names and numbers, so that
-    'also:' lines show each different problem once, not the same one at other
-    sizes or for other requests. Quoted values and messages stay: a format
-    with a packed sub-array and one with fields at explicit offsets are two
-    findings, as are two different messages of a refusal."""
-    return re.sub(r"PyBUF_[A-Z_]+(?:\|PyBUF_[A-Z_]+)*|\d+", "#", reason)
+    """A failure's kind: its reason without request names, numbers, shapes and
+    one-item formats, so that 'also:' lines show each different problem once,
+    not the same one at other sizes, for other requests or other item types.
+    Compound formats and messages stay: a format with a packed sub-array and
+    one with fields at explicit offsets are two findings, as are two
+    different messages of a refusal."""
+    r = re.sub(r"PyBUF_[A-Z_]+(?:\|PyBUF_[A-Z_]+)*", "#", reason)
+    r = re.sub(r"'[<>=@!]?Z?[a-zA-Z?]'", "'#'", r)  # a one-item format: the same for every type
+    r = re.sub(r"\d+", "#", r)
+    return re.sub(r"\(#(?:, #)*,?\)", "#", r)  # a shape or strides of any rank
 
 
 MAX_OTHERS = 50  # distinct findings kept per rule (past that, counted)
@@ -77,6 +81,8 @@ class Result:
     # other distinct (reason, case): each other finding, once
     others: List[Tuple[str, Optional[str]]] = dataclasses.field(default_factory=list)
     more: int = 0  # distinct findings past MAX_OTHERS (counted, not kept)
+    # the kinds of the failures recorded (the first one's, then each other's)
+    kinds: List[str] = dataclasses.field(default_factory=list, repr=False)
     # skipped although the object speaks the protocol (its answer could not
     # be checked), not merely because the rule does not apply to it
     applies: bool = False
@@ -107,18 +113,24 @@ class Report:
             r.status, r.reason, r.case = PASS, "", None
 
     def failed(self, rule_id: str, reason: str, case: Optional[str] = None,
-               reproducer: Optional[str] = None) -> None:
+               reproducer: Optional[str] = None, kind: Optional[str] = None) -> None:
+        """A failure of rule_id. `kind` names the finding when the reason's
+        wording does not (default: the reason without numbers and names)."""
         r = self.results[rule_id]
         r.failed += 1
         if r.status != FAIL:  # the first failure is the one reported
             r.status, r.reason, r.case, r.reproducer = FAIL, reason, case, reproducer
+            r.kinds = [kind or _kind(reason)]
         else:
-            self._other(r, reason, case)  # and every failure of another kind, once
+            self._other(r, reason, case, kind)  # and every failure of another kind, once
 
     @staticmethod
-    def _other(r: Result, reason: str, case: Optional[str]) -> None:
-        k = _kind(reason)
-        if all(k != _kind(o) for o, _ in r.others + [(r.reason, None)]):
+    def _other(r: Result, reason: str, case: Optional[str], kind: Optional[str] = None) -> None:
+        k = kind or _kind(reason)
+        if not r.kinds:
+            r.kinds = [_kind(o) for o in [r.reason] + [o for o, _ in r.others]]
+        if k not in r.kinds:
+            r.kinds.append(k)
             if len(r.others) < MAX_OTHERS:
                 r.others.append((reason, case))
             else:
@@ -144,9 +156,12 @@ class Report:
                 mine.status, mine.reason, mine.case, mine.reproducer = (
                     FAIL, res.reason, res.case, res.reproducer)
                 mine.others, mine.more = list(res.others), res.more
+                mine.kinds = list(res.kinds)
             elif res.status == FAIL:
-                for o_reason, o_case in [(res.reason, res.case)] + res.others:
-                    self._other(mine, o_reason, o_case)
+                theirs = res.kinds or [_kind(o) for o in [res.reason] + [o for o, _ in
+                                                                          res.others]]
+                for (o_reason, o_case), k in zip([(res.reason, res.case)] + res.others, theirs):
+                    self._other(mine, o_reason, o_case, k)
                 mine.more += res.more
             elif res.status == PASS and mine.status == SKIP:
                 mine.status, mine.reason = PASS, ""
