@@ -37,7 +37,7 @@ PY
     # types: devbuf must pass every rule, and the libraries must fail exactly the
     # rules docs/conformance-report.md triages (a new failure or an upstream fix
     # fails the stage until the report is updated). About 15 s.
-    step "conformance kit (devbuf.check: NumPy, ml_dtypes, JAX, pyarrow, nanoarrow, array-api-strict, devbuf)"
+    step "conformance kit (devbuf.check: NumPy, ml_dtypes, JAX, pyarrow, nanoarrow, array-api-strict, Pillow, ctypes, array, mmap, devbuf)"
     DEVBUF_BUILD_DIR="$ROOT/build" PYTHONPATH="$ROOT/build/python" timeout 300 \
       .venv/bin/python scripts/conformance_report.py --check --json build/conformance-report.json \
       || status=1

@@ -157,7 +157,29 @@ def test_numpy_unbroken_passes_every_dlpack_rule():
         assert rep.status(rid) == kit.PASS, (rid, rep.format())
 
 
-# ---- CUDA Array Interface: a dict over NumPy's __array_interface__ ---------------------------
+# ---- the array interfaces: dicts over NumPy's own __array_interface__ -----------------------
+
+def _spoil(d, a, brk, cuda):
+    """NumPy's interface dict d (of array a), broken one way."""
+    if brk == "version":
+        d["version"] = 1
+    if brk == "typestr":
+        d["typestr"] = "<f2"
+    if brk == "descr":
+        d["descr"] = [("x", "<i2")] if a.itemsize != 2 else [("x", "<i4")]
+    if brk == "data":
+        d["data"] = (d["data"][0], 0)  # read_only an int, not a bool
+    if brk == "strides":
+        # CAI v3: None for C order; the array interface: a bool is not a stride
+        d["strides"] = a.strides if cuda else tuple(True for _ in a.shape) or None
+    if brk == "mask":  # CAI: host memory; the array interface: another shape
+        d["mask"] = np.ones(a.shape if cuda else a.shape + (2,), bool)
+    if brk == "stream":
+        d["stream"] = 0
+    if brk == "values":
+        d["offset"] = a.itemsize  # one item too far
+    return d
+
 
 class CAI:
     def __init__(self, a, brk=None):
@@ -167,32 +189,63 @@ class CAI:
     def __cuda_array_interface__(self):
         ai = self.a.__array_interface__
         d = {"shape": ai["shape"], "typestr": ai["typestr"], "data": ai["data"],
-             "strides": ai["strides"], "version": 3, "stream": 1}
-        if self.brk == "version":
-            d["version"] = 1
-        if self.brk == "typestr":
-            d["typestr"] = "<f2"
-        if self.brk == "strides":
-            d["strides"] = self.a.strides
-        if self.brk == "mask":
-            d["mask"] = np.ones(self.a.shape, bool)
-        if self.brk == "stream":
-            d["stream"] = 0
-        return d
+             "strides": ai["strides"], "version": 3, "stream": 1, "descr": ai["descr"]}
+        return _spoil(d, self.a, self.brk, True)
+
+
+class AI:
+    def __init__(self, a, brk=None):
+        self.a, self.brk = a, brk
+
+    @property
+    def __array_interface__(self):
+        return _spoil(dict(self.a.__array_interface__), self.a, self.brk, False)
 
 
 def cai(brk):
     return kit.producer(lambda spec: CAI(spec.numpy(), brk), cases=SMALL, checks=("cai",))
 
 
+def ai(brk):
+    return kit.producer(lambda spec: AI(spec.numpy(), brk), cases=SMALL,
+                        checks=("array_interface",))
+
+
 CAI_CASES = {f"cai.{b}": (lambda b=b: cai(b)) for b in
-             ("version", "typestr", "strides", "mask", "stream")}
+             ("version", "typestr", "descr", "data", "strides", "mask", "stream")}
+AI_CASES = {f"ai.{b}": (lambda b=b: ai(b)) for b in
+            ("version", "typestr", "descr", "data", "strides", "mask", "values")}
 
 
 def test_unbroken_cai_passes():
     rep = cai(None)
+    assert rep.ok, rep.format()
     for rid in CAI_CASES:
         assert rep.status(rid) == kit.PASS, (rid, rep.format())
+
+
+def test_unbroken_array_interface_passes():
+    rep = ai(None)
+    assert rep.ok, rep.format()
+    for rid in AI_CASES:
+        assert rep.status(rid) == kit.PASS, (rid, rep.format())
+
+
+def test_an_array_interface_whose_data_is_a_buffer_is_read_through_it():
+    # The interface allows data to be an object exposing the buffer (Pillow gives bytes).
+    class BytesData:
+        def __init__(self, a):
+            self.a = a
+
+        @property
+        def __array_interface__(self):
+            d = dict(self.a.__array_interface__)
+            d["data"], d["strides"] = self.a.tobytes(), None
+            return d
+    rep = kit.producer(lambda spec: BytesData(spec.numpy()),
+                       cases=[x for x in SMALL if x.layout == "C"], checks=("array_interface",))
+    assert rep.status("ai.data") == kit.PASS, rep.format()
+    assert rep.ok, rep.format()
 
 
 # ---- Arrow: pyarrow's capsules, spoiled ----------------------------------------------------
@@ -304,6 +357,7 @@ DEVICE_CASES = {
         spec.numpy().tobytes(), mode="host", misbehave=True), [ArraySpec("uint8", (9,))]),
     "dx.advertised": lambda: dx(lambda spec: broken.DeviceExporter(
         spec.numpy(), refuse=devbuf.PyBUF_DEVICE)),
+    "dx.answer": lambda: (_sim_or_skip(), dx(device(no_device_flag=True)))[1],
     "dtypes.format": lambda: dx(lambda spec: broken.Exporter(
         spec.numpy(), format="[devbuf$bfloat16]", itemsize=4), [ArraySpec("uint32", (5,))]),
 }
@@ -314,6 +368,7 @@ def test_unbroken_device_exporters_pass():
     rep = dx(device())
     assert rep.status("dx.plain_refused") == kit.PASS, rep.format()
     assert rep.status("dx.advertised") == kit.PASS, rep.format()
+    assert rep.status("dx.answer") == kit.PASS, rep.format()
     rep = dx(lambda spec: consumer_ext.Exporter(spec.numpy().tobytes(), mode="host"),
              [ArraySpec("uint8", (9,))])
     assert rep.status("dx.no_unasked_fields") == kit.PASS, rep.format()
@@ -402,7 +457,7 @@ def test_the_unbroken_consumer_passes_every_consumer_rule():
 
 # ---- every rule, caught ---------------------------------------------------------------------
 
-BROKEN = {**BUFFER_CASES, **DLPACK_CASES, **CAI_CASES, **ARROW_CASES, **PICKLE_CASES,
+BROKEN = {**BUFFER_CASES, **DLPACK_CASES, **CAI_CASES, **AI_CASES, **ARROW_CASES, **PICKLE_CASES,
           **DEVICE_CASES, **CONSUMER_CASES}
 
 
@@ -416,7 +471,7 @@ def test_every_rule_has_a_broken_case():
 def test_the_kit_catches_the_broken_case(rule_id):
     if rule_id not in BROKEN:
         pytest.fail(f"{rule_id}: no broken case")
-    if rule_id == "c.device":
+    if rule_id in ("c.device", "dx.answer"):
         _sim_or_skip()
     rep = BROKEN[rule_id]()
     res = rep.results[rule_id]

@@ -406,3 +406,109 @@ def test_device_memory_values_are_read_not_passed(sim):
                           checks=("dlpack",))
     h = {r["rule"]: r for r in honest.as_dict()["results"]}
     assert h["dl.values"]["status"] == "pass", honest.format()
+
+
+# ---- an unchecked run is never ok; every finding printed; reasons that fit the answer -----------
+
+SIM_CASES = [ArraySpec("int32", (3, 4)), ArraySpec("float64", (3, 4)), ArraySpec("uint8", (7,)),
+             ArraySpec("int16", ())]
+
+
+def test_device_memory_is_checked_through_pyBUF_DEVICE_requests(sim):
+    rep = kit.producer(lambda spec: devbuf.from_host(spec.numpy(), device=sim),
+                       cases=SIM_CASES, checks=("buffer",))
+    for rid in ("bp.answer", "bp.refuse", "bp.satisfiable", "bp.values", "bp.exports",
+                "dx.answer"):
+        assert rep.status(rid) == kit.PASS, (rid, rep.format())
+    assert rep.ok and rep.unchecked is None, rep.format()
+    assert "|PyBUF_DEVICE" not in rep.format()  # nothing failed
+
+
+def test_a_run_in_which_no_rule_applied_is_not_ok():
+    rep = kit.producer(lambda spec: spec.numpy(), cases=SIM_CASES, checks=("cai",))
+    c = rep.counts()
+    assert c["pass"] == c["fail"] == 0
+    assert not rep.ok
+    assert rep.unchecked.startswith("no rule applied: nothing was checked")
+    assert "NOT OK: no rule applied" in rep.format()
+    assert rep.as_dict()["ok"] is False and rep.as_dict()["unchecked"] == rep.unchecked
+
+
+def test_a_run_whose_answers_could_not_be_checked_is_not_ok(sim):
+    broken = pytest.importorskip("devbuf_broken", reason="test extension not built")
+    # device memory that refuses PyBUF_DEVICE too: every buffer rule applies, none is checked
+    rep = kit.producer(lambda spec: broken.DeviceExporter(
+        devbuf.from_host(spec.numpy(), device=sim), refuse=devbuf.PyBUF_DEVICE),
+        cases=SIM_CASES, checks=("buffer",))
+    assert not rep.failures
+    assert not rep.ok, rep.format()
+    assert "PyBUF_FULL_RO refused" in rep.unchecked
+    assert rep.results["bp.answer"].applies
+
+
+def test_most_rules_skipped_is_not_ok():
+    rep = kit.Report("t", "producer", [kit.RULES[r] for r in ("bp.answer", "bp.values",
+                                                              "bp.refuse")])
+    rep.passed("bp.answer")
+    rep.skipped("bp.values", "values on a device no plugin reads", applies=True)
+    assert rep.ok  # one checked, one could not be: not most
+    rep.skipped("bp.refuse", "refused", applies=True)
+    assert not rep.ok
+    assert rep.unchecked.startswith("most rules were skipped: 2 rules that apply could not be "
+                                    "checked, 1 were")
+
+
+def test_every_finding_of_a_rule_is_printed():
+    # NumPy's packed sub-array record and its record with explicit offsets: two findings of
+    # bp.format_itemsize, both printed (they differ by format, not by size)
+    rep = kit.producer(lambda spec: spec.numpy(), checks=("buffer",), cases=[
+        ArraySpec("record_offsets", (7,)), ArraySpec("record_subarray", ())])
+    r = rep.results["bp.format_itemsize"]
+    assert r.status == kit.FAIL
+    text = rep.format()
+    assert "T{T{h:i:B:j:}:o:xxxxxd:k:}" in text
+    assert "T{(2,3)f:p:?:q:}" in text, text
+    # the same problem for other requests is one finding, not one per request
+    err = rep.results["bp.error_type"]
+    kinds = [err.reason] + [o for o, _ in err.others]
+    assert len(kinds) == len(set(kit._report._kind(k) for k in kinds))
+
+
+def test_simple_format_says_what_the_answer_had():
+    pa = pytest.importorskip("pyarrow")
+    rep = kit.producer(lambda spec: pa.Tensor.from_numpy(spec.numpy()), checks=("buffer",),
+                       cases=[ArraySpec("int32", (7,))])
+    r = rep.results["bp.simple_format"]
+    assert r.status == kit.FAIL
+    assert "with no shape" not in r.reason
+    assert "(no PyBUF_ND) answered format '=i' with shape (7,)" in r.reason
+    np_rep = kit.producer(lambda spec: spec.numpy(), checks=("buffer",),
+                          cases=[ArraySpec("int32", (7,))])
+    assert "answered format 'i' with no shape" in np_rep.results["bp.simple_format"].reason
+
+
+def test_the_standard_library_targets_find_their_known_bugs():
+    cases = [ArraySpec("int32", (3, 4)), ArraySpec("record_packed", (7,)),
+             ArraySpec("int16", (7,)), ArraySpec("uint8", (7,))]
+    rep = kit.producer(kit.target("ctypes").factories["ctypes arrays and Structures"],
+                       cases=cases, checks=("buffer",))
+    assert "PyBUF_ND|PyBUF_STRIDES|PyBUF_F_CONTIGUOUS answered a layout" in \
+        rep.results["bp.refuse"].reason
+    assert "format 'B' with itemsize 15" in rep.results["bp.format_itemsize"].reason
+    rep = kit.producer(kit.target("array").factories["array.array"], cases=cases,
+                       checks=("buffer",))
+    assert rep.failures == [rep.results["bp.simple_format"]]
+    assert "with no shape" in rep.results["bp.simple_format"].reason
+    rep = kit.producer(kit.target("mmap").factories["mmap.mmap"], cases=cases,
+                       checks=("buffer",))
+    assert rep.ok, rep.format()
+
+
+def test_the_pillow_target_checks_the_array_interface():
+    pytest.importorskip("PIL")
+    rep = kit.producer(kit.target("pillow").factories["PIL.Image.Image"],
+                       cases=[ArraySpec("uint8", (3, 4)), ArraySpec("float32", (2, 5))],
+                       checks=("array_interface",))
+    for rid in ("ai.version", "ai.typestr", "ai.data", "ai.strides", "ai.values"):
+        assert rep.status(rid) == kit.PASS, rep.format()  # values read through its bytes
+    assert rep.ok, rep.format()

@@ -558,6 +558,18 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
     }
   }
   if (PyObject_GetBuffer(obj, &view->view, flags) < 0) goto fail;
+  if ((flags & PyBUF_WRITABLE) && view->view.readonly) {
+    /* A writable request answered read-only (pyarrow's read-only Tensor
+     * does): the producer said no, whatever getbuffer returned. */
+    PyBuffer_Release(&view->view);
+    PyErr_Format(PyExc_BufferError,
+                 "%.100s answered the writable request with a read-only buffer (readonly=1 to "
+                 "PyBUF_WRITABLE); ask "
+                 "for a read-only buffer, or make the producer writable",
+                 Py_TYPE(obj)->tp_name);
+    view->flags = 0;
+    goto fail;
+  }
   if (!(view->flags & flags & PyBUF_DEVICE)) {
     /* A CPU buffer. Without PyBUF_DEVICE in the request the producer was not
      * allowed to write here; scrub anyway so nobody reads garbage. */

@@ -9,7 +9,7 @@
  *   canary(obj, flags)         raw PyObject_GetBuffer with sentinels in the
  *                              extended fields: which ones the producer wrote
  *   Held(obj, flags)           keep an export alive until .release()
- *   Exporter(data, mode, misbehave=False)
+ *   Exporter(data, mode, misbehave=False, itemsize=1, readonly_answer=False)
  *                              a test producer (host, device or both)
  *   SimpleOnly(data)           a producer advertising only PyBUF_SIMPLE
  *   bench_getbuffer(obj, n, flags, extended)
@@ -209,6 +209,7 @@ typedef struct {
   Py_ssize_t len;
   int mode;
   int misbehave;
+  int readonly_answer; /* answers every request, PyBUF_WRITABLE too, with readonly=1 */
   Py_ssize_t exports, getbuffer_calls, release_calls;
   int last_flags;
   Py_ssize_t itemsize;     /* > 1: answers with format NULL and items this large */
@@ -218,13 +219,15 @@ typedef struct {
 } Exporter;
 
 static int exporter_init(Exporter *self, PyObject *args, PyObject *kw) {
-  static char *kwlist[] = {"data", "mode", "misbehave", "itemsize", "null_strides", NULL};
+  static char *kwlist[] = {"data", "mode", "misbehave", "itemsize", "null_strides",
+                           "readonly_answer", NULL};
   const char *data, *mode = "both";
   Py_ssize_t len, itemsize = 1;
-  int misbehave = 0, null_strides = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "y#|s$pnp", kwlist, &data, &len, &mode, &misbehave,
-                                   &itemsize, &null_strides))
+  int misbehave = 0, null_strides = 0, readonly_answer = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "y#|s$pnpp", kwlist, &data, &len, &mode, &misbehave,
+                                   &itemsize, &null_strides, &readonly_answer))
     return -1;
+  self->readonly_answer = readonly_answer;
   self->itemsize = itemsize;
   self->null_strides = null_strides;
   if (self->exports) {
@@ -261,6 +264,9 @@ static int exporter_getbuffer(Exporter *self, Py_buffer *view, int flags) {
     return -1;
   }
   if (PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->len, 0, flags) < 0) return -1;
+  /* A broken producer (pyarrow's read-only Tensor): read-only, yet it
+   * answers a PyBUF_WRITABLE request instead of raising BufferError. */
+  if (self->readonly_answer) view->readonly = 1;
   if (self->itemsize > 1) {
     /* A producer that gives no format (which means 'B') but larger items:
      * a contradiction devbuf.view must refuse (issue 31). */

@@ -37,6 +37,9 @@ PyBUF_RECORDS = PyBUF_STRIDES | PyBUF_WRITABLE | PyBUF_FORMAT
 PyBUF_RECORDS_RO = PyBUF_STRIDES | PyBUF_FORMAT
 PyBUF_FULL = PyBUF_INDIRECT | PyBUF_WRITABLE | PyBUF_FORMAT
 PyBUF_FULL_RO = PyBUF_INDIRECT | PyBUF_FORMAT
+# The draft device extension's request flag (devbuf_buffer.h): the exporter
+# may answer device memory, naming it in the fields after the Py_buffer.
+PyBUF_DEVICE = 0x1000000
 
 # The requests CPython's Lib/test/test_buffer.py makes of every exporter
 # (its `requests` tuple, crossed with its `real_flags`).
@@ -87,6 +90,19 @@ class _Padded(Structure):
     _fields_ = [("view", Py_buffer), ("pad", ctypes.c_char * 64)]
 
 
+class _ExtFields(Structure):
+    """The device extension's fields right after the Py_buffer (DevbufPy_buffer_ext)."""
+    flags: int
+    ext_flags: int
+    device: Optional[int]
+    device_info: Optional[int]
+    _fields_ = [("flags", c_int), ("ext_flags", c_int), ("device", c_void_p),
+                ("device_info", c_void_p)]
+
+
+_EXT_OFFSET = ctypes.sizeof(Py_buffer)  # where _Padded.pad starts
+
+
 class _Api:
     """Private prototypes of the C API calls the kit makes. Never the shared
     ctypes.pythonapi attributes: another module (a test suite) setting their
@@ -122,8 +138,13 @@ class Answer:
     (None when the answer was not readable as a host array)."""
 
     __slots__ = ("flags", "buf", "obj", "len", "itemsize", "readonly", "ndim", "format",
-                 "shape", "strides", "suboffsets", "data")
+                 "shape", "strides", "suboffsets", "data", "ext_flags", "device", "device_info")
     flags: int
+    # the device extension's fields, read only for a PyBUF_DEVICE request
+    # (else None): the flags the exporter honoured, its identifier, device_info
+    ext_flags: Optional[int]
+    device: Optional[bytes]
+    device_info: Optional[int]
     buf: int
     obj: Optional[int]
     len: int
@@ -139,6 +160,7 @@ class Answer:
     def as_dict(self) -> Dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__slots__ if k not in ("data", "buf", "obj")}
         d["format"] = self.format.decode("latin-1") if self.format is not None else None
+        d["device"] = self.device.decode("latin-1") if self.device is not None else None
         return d
 
 
@@ -209,6 +231,11 @@ def getbuffer(obj: object, flags: int, gather: bool = True) -> Answer:
             else None
         a.suboffsets = tuple(view.suboffsets[i] for i in range(nd)) if view.suboffsets else None
         a.data = None
+        a.ext_flags = a.device = a.device_info = None
+        if flags & PyBUF_DEVICE:
+            ext = _ExtFields.from_buffer(padded, _EXT_OFFSET)
+            a.ext_flags, a.device_info = ext.flags, ext.device_info
+            a.device = ctypes.string_at(ext.device) if ext.device else None
         if gather and a.buf and a.suboffsets is None:
             if a.shape is None:
                 a.data = ctypes.string_at(a.buf, a.len) if a.len > 0 else b""
@@ -324,7 +351,7 @@ def release_schema(schema: ArrowSchema) -> bool:
 # (a literal list: type checkers and stubtest read __all__ statically)
 __all__ = [
     "ARROW_DEVICE_CPU", "ARROW_FORMATS", "ArrowArray", "ArrowDeviceArray", "ArrowSchema",
-    "PyBUF_ANY_CONTIGUOUS", "PyBUF_CONTIG", "PyBUF_CONTIG_RO", "PyBUF_C_CONTIGUOUS",
+    "PyBUF_ANY_CONTIGUOUS", "PyBUF_CONTIG", "PyBUF_DEVICE", "PyBUF_CONTIG_RO", "PyBUF_C_CONTIGUOUS",
     "PyBUF_FORMAT", "PyBUF_FULL", "PyBUF_FULL_RO", "PyBUF_F_CONTIGUOUS", "PyBUF_INDIRECT",
     "PyBUF_ND", "PyBUF_RECORDS", "PyBUF_RECORDS_RO", "PyBUF_SIMPLE", "PyBUF_STRIDED",
     "PyBUF_STRIDED_RO", "PyBUF_STRIDES", "PyBUF_WRITABLE",

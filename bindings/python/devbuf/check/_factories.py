@@ -247,6 +247,130 @@ def jax_target() -> Target:
                      "import jax.numpy as jnp"})})
 
 
+# ---- the standard library's exporters (ctypes, array, mmap) and Pillow ------------------------
+
+_CTYPES = {"bool": "c_bool", "int8": "c_int8", "uint8": "c_uint8", "int16": "c_int16",
+           "uint16": "c_uint16", "int32": "c_int32", "uint32": "c_uint32", "int64": "c_int64",
+           "uint64": "c_uint64", "float32": "c_float", "float64": "c_double"}
+_CTYPES_RECORDS = ("record_packed", "record_aligned")
+
+
+def _ctypes_type_src(spec: ArraySpec) -> Optional[Tuple[str, List[str]]]:
+    """The ctypes type expression for spec (C order; ctypes has no other) and
+    the lines that define it, or None when ctypes has no such type."""
+    if spec.layout != "C" or spec.readonly:
+        return None  # ctypes arrays are C-ordered and always writable
+    lines: List[str] = []
+    if spec.dtype in _CTYPES:
+        base = f"ctypes.{_CTYPES[spec.dtype]}"
+    elif spec.dtype in _CTYPES_RECORDS:
+        dt = spec.np_dtype
+        inv = {np.dtype(k): v for k, v in _CTYPES.items()}
+        fields = ", ".join(f"({n!r}, ctypes.{inv[dt[n].newbyteorder('=')]})"
+                           for n in dt.names or ())
+        pack = "_pack_ = 1; " if spec.dtype == "record_packed" else ""
+        lines.append(f"class Rec(ctypes.Structure): {pack}_fields_ = [{fields}]")
+        base = "Rec"
+    else:
+        return None
+    for d in reversed(spec.shape):
+        base = f"{base} * {d}"
+    return base, lines
+
+
+def ctypes_target() -> Target:
+    def src(spec: ArraySpec) -> str:
+        t = _ctypes_type_src(spec)
+        assert t is not None
+        return "\n".join([numpy_source(spec), "import ctypes", *t[1], f"obj = ({t[0]})()",
+                          "ctypes.memmove(ctypes.addressof(obj), a.ctypes.data, a.nbytes)"])
+
+    def make(spec: ArraySpec) -> Any:
+        t = _ctypes_type_src(spec)
+        if t is None:
+            return None
+        ns: Dict[str, Any] = {"ctypes": ctypes}
+        for line in t[1]:
+            exec(line, ns)  # the reproducer's own class statement  # noqa: S102
+        obj = eval(f"({t[0]})()", ns)  # noqa: S307 - built from the names above only
+        a = np.ascontiguousarray(spec.numpy())
+        if spec.np_dtype.itemsize and ctypes.sizeof(obj) != a.nbytes:
+            return None  # (a record ctypes lays out otherwise than NumPy)
+        ctypes.memmove(ctypes.addressof(obj), a.ctypes.data, a.nbytes)
+        return obj
+    import platform
+    return Target("ctypes", platform.python_version(), {
+        "ctypes arrays and Structures": _factory(make, src, read=lambda x: np.asarray(
+            memoryview(x)), name="ctypes_array")},
+        note="the standard library's ctypes")
+
+
+_ARRAY_CODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i",
+                "uint32": "I", "int64": "q", "uint64": "Q", "float32": "f", "float64": "d"}
+
+
+def array_target() -> Target:
+    import array
+    import platform
+
+    def make(spec: ArraySpec) -> Any:
+        if spec.dtype not in _ARRAY_CODES or len(spec.shape) != 1 or spec.layout != "C" or \
+                spec.readonly:
+            return None  # array.array: flat, C-ordered, writable
+        return array.array(_ARRAY_CODES[spec.dtype], spec.numpy().tobytes())
+
+    def src(spec: ArraySpec) -> str:
+        return (numpy_source(spec) + f"\nimport array\nobj = array.array("
+                f"{_ARRAY_CODES[spec.dtype]!r}, a.tobytes())")
+    return Target("array", platform.python_version(), {
+        "array.array": _factory(make, src, read=lambda x: np.asarray(memoryview(x)),
+                                name="array.array")}, note="the standard library's array")
+
+
+def mmap_target() -> Target:
+    import mmap
+    import platform
+
+    def make(spec: ArraySpec) -> Any:
+        if spec.dtype != "uint8" or len(spec.shape) != 1 or not spec.shape[0] or \
+                spec.layout != "C":
+            return None  # bytes only; an anonymous map of 0 bytes is refused
+        a = spec.numpy()
+        m = mmap.mmap(-1, a.nbytes)
+        m.write(a.tobytes())
+        if spec.readonly:
+            return None  # (an anonymous read-only map could not hold the values)
+        return m
+
+    def src(spec: ArraySpec) -> str:
+        return (numpy_source(spec) + "\nimport mmap\nobj = mmap.mmap(-1, a.nbytes)\n"
+                "obj.write(a.tobytes())")
+    return Target("mmap", platform.python_version(), {
+        "mmap.mmap": _factory(make, src, read=lambda x: np.frombuffer(x, np.uint8).copy(),
+                              name="mmap.mmap")}, note="the standard library's mmap")
+
+
+_PIL_MODES = {"uint8": "L", "int32": "I", "float32": "F"}
+
+
+def pillow_target() -> Target:
+    PIL = import_foreign("PIL")
+    Image = import_foreign("PIL.Image")
+
+    def make(spec: ArraySpec) -> Any:
+        if spec.dtype not in _PIL_MODES or spec.layout != "C" or len(spec.shape) != 2 or \
+                0 in spec.shape:
+            return None  # images: 2-d, rows by columns, not empty
+        a = np.ascontiguousarray(spec.numpy())
+        return Image.frombytes(_PIL_MODES[spec.dtype], (a.shape[1], a.shape[0]), a.tobytes())
+
+    def src(spec: ArraySpec) -> str:
+        return (numpy_source(spec) + "\nfrom PIL import Image\nobj = Image.frombytes("
+                f"{_PIL_MODES[spec.dtype]!r}, (a.shape[1], a.shape[0]), a.tobytes())")
+    return Target("pillow", PIL.__version__, {
+        "PIL.Image.Image": _factory(make, src, read=np.asarray, name="PIL.Image.Image")})
+
+
 # ---- CUDA libraries (scripts/gpu-check.sh runs them on a GPU machine) --------------------------
 
 class Unavailable(ImportError):
@@ -415,7 +539,8 @@ def devbuf_target() -> Target:
 TARGETS: Dict[str, Callable[[], Target]] = {
     "numpy": numpy_target, "ml_dtypes": ml_dtypes_target, "pyarrow": pyarrow_target,
     "nanoarrow": nanoarrow_target, "array_api_strict": array_api_strict_target,
-    "jax": jax_target, "devbuf": devbuf_target,
+    "jax": jax_target, "ctypes": ctypes_target, "array": array_target, "mmap": mmap_target,
+    "pillow": pillow_target, "devbuf": devbuf_target,
     # on a GPU only: scripts/gpu-check.sh
     "cupy": cupy_target, "torch": torch_target,
 }

@@ -110,18 +110,42 @@ DL_DELETER = rule("dl.deleter", P, "dlpack", "Implementation: PyCapsule_Destruct
                   "an unconsumed capsule, dropped, runs its deleter (the producer's reference "
                   "comes back); a consumed one (renamed, deleter called by the consumer) does "
                   "not run it again")
-CAI_VERSION = rule("cai.version", P, "cai", "version", "version is 3 (2 accepted, no stream)")
-CAI_TYPESTR = rule("cai.typestr", P, "cai", "typestr, shape, data",
-                   "typestr is a NumPy type string of the array's item size and kind, shape "
-                   "a tuple of ints, data a (pointer, read_only) tuple with a pointer for "
-                   "non-empty arrays")
-CAI_STRIDES = rule("cai.strides", P, "cai", "strides: 'None ... C-style contiguous'",
-                   "strides is None for a C-contiguous array, else a tuple of byte strides "
-                   "matching the layout")
-CAI_MASK = rule("cai.mask", P, "cai", "mask", "mask is absent or None, or an object with a "
-                "__cuda_array_interface__ of the array's shape")
-CAI_STREAM = rule("cai.stream", P, "cai", "stream (v3): None, or an int other than 0",
-                  "stream is absent, None, or a non-zero int")
+def _iface_rules(cuda: bool) -> Dict[str, str]:
+    p, spec = ("cai", "cai") if cuda else ("ai", "ai")
+    name = "__cuda_array_interface__" if cuda else "__array_interface__"
+    out = {
+        "version": rule(f"{p}.version", P, spec, "version",
+                        "version is 3" + (" (2 accepted, no stream)" if cuda else "")),
+        "typestr": rule(f"{p}.typestr", P, spec, "typestr, shape",
+                        f"{name} is a dict; typestr is a type string (byte order, kind, size) "
+                        "of the array's item size and kind; shape a tuple of ints (not bools) "
+                        "equal to the array's"),
+        "descr": rule(f"{p}.descr", P, spec, "descr",
+                      "descr, when given, is a list of (name, typestr[, shape]) tuples that "
+                      "describes typestr's item size"),
+        "data": rule(f"{p}.data", P, spec, "data",
+                     "data is a (pointer, read_only) tuple of an int and a bool" +
+                     ("" if cuda else " (or a buffer, or None)") + ", the pointer non-zero "
+                     "for a non-empty array, read_only True for a read-only array"),
+        "strides": rule(f"{p}.strides", P, spec, "strides: 'None ... C-style contiguous'",
+                        "strides is None (only for a C-contiguous array) or a tuple of ndim "
+                        "ints (not bools) matching the layout" +
+                        ("; None for a C-contiguous array (v3)" if cuda else "")),
+        "mask": rule(f"{p}.mask", P, spec, "mask",
+                     f"mask is absent or None, or an object with a {name} of the array's "
+                     "shape"),
+    }
+    if cuda:
+        out["stream"] = rule("cai.stream", P, spec, "stream (v3): None, or an int other "
+                             "than 0", "stream is absent, None, or a non-zero int")
+    else:
+        out["values"] = rule("ai.values", P, spec, "data, offset, strides",
+                             "offset is an int >= 0, and data + offset with the strides "
+                             "describe the array's values")
+    return out
+
+
+_IFACE_RULES = {False: _iface_rules(False), True: _iface_rules(True)}
 AR_NAMES = rule("arrow.names", P, "arrow", "PyCapsule interface: capsule names",
                 "__arrow_c_array__ returns ('arrow_schema', 'arrow_array') capsules, "
                 "__arrow_c_device_array__ ('arrow_schema', 'arrow_device_array')")
@@ -151,6 +175,12 @@ DX_ADVERTISED = rule("dx.advertised", P, "device", "bf_supported_flags / "
                      "an exporter that advertises PyBUF_DEVICE answers a PyBUF_DEVICE "
                      "request, with the same shape, format and strides as a plain one for "
                      "host memory")
+DX_ANSWER = rule("dx.answer", P, "device", "PyBUF_DEVICE: flags, device, device_info",
+                 "device memory answers a PyBUF_DEVICE request (every request of the buffer "
+                 "rules, with PyBUF_DEVICE added, is then held to those rules: shape, strides, "
+                 "format, writability), setting PyBUF_DEVICE in flags and a device identifier "
+                 "other than 'cpu', the same in every answer, and a device_info that the "
+                 "identifier's reader (devbuf.view) takes, with its event")
 CD_FORMAT = rule("dtypes.format", P, "dtypes", "'[id$payload;alt$payload]' items",
                  "a format with custom dtype items parses (devbuf.parse_format) and, where "
                  "the namespace is known, gives the exported itemsize")
@@ -275,14 +305,15 @@ class _Ctx:
     def ok(self, rid: str) -> None:
         self.report.passed(rid, str(self.spec))
 
-    def fail(self, rid: str, reason: str, lines: Sequence[str] = ()) -> None:
+    def fail(self, rid: str, reason: str, lines: Sequence[str] = (),
+             kind: Optional[str] = None) -> None:
         code = self.repro(self.spec)
         if lines:
             code += "\n" + "\n".join(lines)
-        self.report.failed(rid, reason, str(self.spec), code)
+        self.report.failed(rid, reason, str(self.spec), code, kind)
 
-    def skip(self, rid: str, reason: str) -> None:
-        self.report.skipped(rid, reason)
+    def skip(self, rid: str, reason: str, applies: bool = False) -> None:
+        self.report.skipped(rid, reason, applies)
 
 
 def _ask(obj: object, req: int,
@@ -299,26 +330,53 @@ def check_buffer(c: _Ctx) -> None:
     full, err = _ask(obj, C.PyBUF_FULL_RO, gather)
     bp_rules = (BP_ANSWER, BP_REFUSE, BP_WRITABLE, BP_ERROR, BP_SATISFIABLE, BP_SIMPLE_FORMAT,
                 BP_FORMAT, BP_VALUES, BP_EXPORTS)
+    base = 0  # PyBUF_DEVICE when the exporter answers device memory only
     if err is not None:
         if isinstance(err, TypeError) and ("bytes-like object is required" in str(err) or
                                            "does not support the buffer" in str(err)):
-            for r in bp_rules:
+            for r in bp_rules + (DX_ANSWER,):
                 c.skip(r, f"{type(obj).__name__} is not a buffer exporter")
             return
         if isinstance(err, BufferError):
-            for r in bp_rules:
-                c.skip(r, f"PyBUF_FULL_RO refused: {err}")
+            # Device memory is refused to a plain request (dx.plain_refused):
+            # its answers to PyBUF_DEVICE requests are what gets checked.
+            full, derr = _ask(obj, C.PyBUF_FULL_RO | C.PyBUF_DEVICE, gather=False)
+            if full is None or not _device_answer(full):
+                why = f"PyBUF_FULL_RO refused: {err}" + (
+                    f"; with PyBUF_DEVICE: {type(derr).__name__}: {derr}" if derr is not None
+                    else "; its PyBUF_DEVICE answer is host memory")
+                for r in bp_rules:
+                    c.skip(r, why, applies=True)
+                return
+            base, gather = C.PyBUF_DEVICE, False
+            c.device_memory = True
+            _check_device_answer(c, full, full)
+        else:
+            c.fail(BP_ERROR, f"PyBUF_FULL_RO raised {type(err).__name__} ({err}), not "
+                   "BufferError",
+                   ["import ctypes; mv = memoryview(obj)  # raises " + type(err).__name__])
             return
-        c.fail(BP_ERROR, f"PyBUF_FULL_RO raised {type(err).__name__} ({err}), not BufferError",
-               ["import ctypes; mv = memoryview(obj)  # raises " + type(err).__name__])
-        return
     assert full is not None  # (_ask gives an answer or an error)
-    c.full = full
+    if not base:
+        c.full = full
     c.known_readonly = bool(full.readonly)
     dt = spec.np_dtype
     fmt = full.format.decode("latin-1") if full.format is not None else None
     # -- values ------------------------------------------------------------------------
     want = spec.values
+    dev_values: Optional[npt.NDArray[Any]] = None
+    if base and not (full.ext_flags or 0) & C.PyBUF_DEVICE:
+        # (devbuf.view would take it for host memory and read the device's)
+        c.skip(BP_VALUES, "the PyBUF_DEVICE answer does not say PyBUF_DEVICE (dx.answer): "
+               "its values are not read", applies=True)
+    elif base:
+        try:  # devbuf's plugin for that identifier copies them to the host
+            import devbuf
+            with devbuf.view(obj) as v:
+                dev_values = np.asarray(v.to_host()).view(dt).reshape(spec.shape)
+        except Exception as exc:  # noqa: BLE001 - no plugin reads it: unchecked, said so
+            c.skip(BP_VALUES, f"device {full.device!r}: its values cannot be read here "
+                   f"({type(exc).__name__}: {exc})", applies=True)
     if full.shape != spec.shape and not (spec.shape == () and full.shape == ()):
         c.fail(BP_VALUES, f"PyBUF_FULL_RO answered shape {full.shape}, the array's is "
                f"{spec.shape}", ["print(memoryview(obj).shape)"])
@@ -329,7 +387,10 @@ def check_buffer(c: _Ctx) -> None:
             np.frombuffer(full.data, dt).reshape(spec.shape), want):
         c.fail(BP_VALUES, "PyBUF_FULL_RO describes other values than the array holds",
                ["print(memoryview(obj).tobytes())"])
-    else:
+    elif dev_values is not None and not same_values(dev_values, want):
+        c.fail(BP_VALUES, f"PyBUF_FULL_RO|PyBUF_DEVICE on {full.device!r} describes other "
+               "values than the array holds", ["import devbuf; print(devbuf.view(obj).to_host())"])
+    elif not base or dev_values is not None:  # (else skipped above: not readable here)
         c.ok(BP_VALUES)
     # -- format vs itemsize ------------------------------------------------------------------
     if fmt is not None:
@@ -353,9 +414,9 @@ def check_buffer(c: _Ctx) -> None:
     c_ok = C.is_contiguous(shape, st, full.itemsize, "C")
     f_ok = C.is_contiguous(shape, st, full.itemsize, "F")
     for req in C.ALL_REQUESTS:
-        ans, e = _ask(obj, req, gather)
-        name = C.request_name(req)
-        ask_line = f"print(devbuf.check.getbuffer(obj, {hex(req)}).as_dict())  # {name}"
+        ans, e = _ask(obj, req | base, gather)
+        name = C.request_name(req) + ("|PyBUF_DEVICE" if base else "")
+        ask_line = f"print(devbuf.check.getbuffer(obj, {hex(req | base)}).as_dict())  # {name}"
         meetable = True
         if req & C.PyBUF_WRITABLE and full.readonly:
             if ans is not None:
@@ -384,9 +445,18 @@ def check_buffer(c: _Ctx) -> None:
         flat_format = req & C.PyBUF_FORMAT and not req & C.PyBUF_ND
         if flat_format:
             if ans is not None and ans.format not in (None, b"B"):
-                c.fail(BP_SIMPLE_FORMAT, f"{name} answered format {ans.format.decode()!r} with "
-                       f"no shape: a consumer cannot tell the item count",
-                       ["import devbuf.check", ask_line])
+                f = ans.format.decode("latin-1")
+                if ans.shape is None:
+                    kind = "an item format with no shape"
+                    why = (f"{name} answered format {f!r} with no shape: a consumer cannot "
+                           "tell the item count")
+                else:  # (a shape unasked is bp.answer's finding; the format is this one)
+                    kind = "an item format and a shape unasked"
+                    why = (f"{name} (no PyBUF_ND) answered format {f!r} with shape "
+                           f"{ans.shape}: a flat byte export carries no item format, so "
+                           "the request was not met as asked")
+                # (one finding whatever the item type: the format's content is not it)
+                c.fail(BP_SIMPLE_FORMAT, why, ["import devbuf.check", ask_line], kind)
             else:
                 c.ok(BP_SIMPLE_FORMAT)
         if ans is None:
@@ -403,8 +473,58 @@ def check_buffer(c: _Ctx) -> None:
             c.fail(BP_ANSWER, f"{name}: {problem}", ["import devbuf.check", ask_line])
         else:
             c.ok(BP_ANSWER)
+        if base:
+            _check_device_answer(c, ans, full, name, ask_line)
     # -- export counts --------------------------------------------------------------------
-    _check_exports(c)
+    _check_exports(c, base)
+
+
+def _device_answer(a: C.Answer) -> bool:
+    """Did a PyBUF_DEVICE request get device memory (the flag, or an identifier
+    other than 'cpu': dx.answer then says whether both are right)?"""
+    return bool((a.ext_flags or 0) & C.PyBUF_DEVICE or a.device not in (None, b"cpu"))
+
+
+def _check_device_answer(c: _Ctx, a: C.Answer, full: C.Answer, name: str = "PyBUF_FULL_RO",
+                         ask_line: str = "") -> None:
+    """dx.answer for one answer to a PyBUF_DEVICE request of device memory."""
+    lines = ["import devbuf.check", ask_line] if ask_line else [
+        "import devbuf.check",
+        "print(devbuf.check.getbuffer(obj, 0x100011c).as_dict())  # PyBUF_FULL_RO|PyBUF_DEVICE"]
+    name += "" if name.endswith("|PyBUF_DEVICE") else "|PyBUF_DEVICE"
+    if not (a.ext_flags or 0) & C.PyBUF_DEVICE:
+        c.fail(DX_ANSWER, f"{name} answered device memory without PyBUF_DEVICE in flags "
+               f"({a.ext_flags:#x}): a consumer takes it for host memory", lines)
+    elif a.device in (None, b"", b"cpu"):
+        c.fail(DX_ANSWER, f"{name} answered device {a.device!r} for memory the host cannot "
+               "read", lines)
+    elif a.device != full.device:
+        c.fail(DX_ANSWER, f"{name} answered device {a.device!r}, PyBUF_FULL_RO|PyBUF_DEVICE "
+               f"{full.device!r}", lines)
+    elif a is full:
+        # device_info through the identifier's reader, and its event (the
+        # flag is set: devbuf.view takes it as device memory)
+        import devbuf
+        try:
+            with devbuf.view(c.obj) as v:
+                ident = v.identifier
+                event = v.sync.event if v.sync is not None else None
+                del event  # read: a malformed device_info raises here
+        except devbuf.PluginError as e:  # no plugin here for it: unchecked, not wrong
+            c.skip(DX_ANSWER, f"{a.device!r}: {e}", applies=True)
+            return
+        except Exception as e:  # noqa: BLE001 - the reader's refusal is the finding
+            c.fail(DX_ANSWER, f"devbuf.view(obj) (a PyBUF_DEVICE request) could not take "
+                   f"{a.device!r}'s device_info: {type(e).__name__}: {e}",
+                   ["import devbuf; devbuf.view(obj)"])
+            return
+        if (ident or "").encode() != a.device:
+            c.fail(DX_ANSWER, f"devbuf.view(obj) reads device {ident!r}, the answer says "
+                   f"{a.device!r}", ["import devbuf; print(devbuf.view(obj).identifier)"])
+        else:
+            c.ok(DX_ANSWER)
+    else:
+        c.ok(DX_ANSWER)
 
 
 def _answer_problem(a: C.Answer, req: int, full: C.Answer) -> Optional[str]:
@@ -448,7 +568,7 @@ def _answer_problem(a: C.Answer, req: int, full: C.Answer) -> Optional[str]:
     return None
 
 
-def _check_exports(c: _Ctx) -> None:
+def _check_exports(c: _Ctx, base: int = 0) -> None:
     obj = c.obj
     counter = getattr(obj, "exports", None)
     held = []
@@ -456,7 +576,7 @@ def _check_exports(c: _Ctx) -> None:
     def hold_and_release() -> Optional[int]:
         for req in (C.PyBUF_FULL_RO, C.PyBUF_RECORDS_RO, C.PyBUF_SIMPLE):
             try:
-                held.append(C.Held(obj, req))
+                held.append(C.Held(obj, req | base))
             except Exception:  # noqa: BLE001 - refusals are bp.refuse's and bp.error_type's
                 pass
         during = getattr(obj, "exports", None)
@@ -799,61 +919,178 @@ def _check_deleter(c: _Ctx) -> None:
         c.ok(DL_DELETER)
 
 
-# ---- CUDA Array Interface -----------------------------------------------------------------
+# ---- the array interfaces (__array_interface__, __cuda_array_interface__) ------------------
 
-def check_cai(c: _Ctx) -> None:
+_TYPESTR_KINDS = "btiufcmMOSUV"
+
+
+def _typestr_size(ts: object) -> Optional[Tuple[str, int]]:
+    """(kind, itemsize) of a well-formed typestr '<i4', else None."""
+    if not (isinstance(ts, str) and len(ts) >= 3 and ts[0] in "<>|=" and
+            ts[1] in _TYPESTR_KINDS and ts[2:].isdigit()):
+        return None
+    return ts[1], int(ts[2:])
+
+
+def _descr_size(descr: object) -> Optional[int]:
+    """The item size a descr list describes (None when it is malformed)."""
+    if not isinstance(descr, list) or not descr:
+        return None
+    total = 0
+    for f in descr:
+        if not (isinstance(f, tuple) and len(f) in (2, 3) and isinstance(f[0], (str, tuple))):
+            return None
+        if isinstance(f[1], list):
+            size = _descr_size(f[1])
+        else:
+            k = _typestr_size(f[1])
+            size = k[1] if k is not None else None
+        if size is None:
+            return None
+        n = 1
+        if len(f) == 3:
+            if not (isinstance(f[2], tuple) and all(isinstance(d, int) and
+                                                    not isinstance(d, bool) for d in f[2])):
+                return None
+            for d in f[2]:
+                n *= d
+        total += size * n
+    return total
+
+
+def _ints(t: object, n: int) -> bool:
+    return (isinstance(t, tuple) and len(t) == n and
+            all(isinstance(x, int) and not isinstance(x, bool) for x in t))
+
+
+def check_interface(c: _Ctx, cuda: bool) -> None:
+    """The rules of one array interface (v3) on c.obj."""
     obj, spec = c.obj, c.spec
-    cai_rules = (CAI_VERSION, CAI_TYPESTR, CAI_STRIDES, CAI_MASK, CAI_STREAM)
+    attr = "__cuda_array_interface__" if cuda else "__array_interface__"
+    R = _IFACE_RULES[cuda]
     try:
-        d = obj.__cuda_array_interface__
-    except Exception as e:  # noqa: BLE001 - absent or not for this memory
-        for r in cai_rules:
-            c.skip(r, f"no __cuda_array_interface__ ({type(e).__name__})")
+        d = getattr(obj, attr)
+    except Exception as e:  # noqa: BLE001 - absent, or refused for this memory
+        for r in R.values():
+            c.skip(r, f"no {attr} ({type(e).__name__})")
         return
-    line = ["print(obj.__cuda_array_interface__)"]
+    line = [f"print(obj.{attr})"]
+    if not isinstance(d, dict):
+        c.fail(R["typestr"], f"{attr} is a {type(d).__name__}, not a dict", line)
+        return
     v = d.get("version")
-    if v not in (2, 3):
-        c.fail(CAI_VERSION, f"version {v!r}", line)
+    if cuda and v in (2, 3) or not cuda and v == 3:
+        c.ok(R["version"])
     else:
-        c.ok(CAI_VERSION)
+        c.fail(R["version"], f"version {v!r}: want 3" + (" (2 accepted)" if cuda else ""), line)
     dt = spec.np_dtype
     ts = d.get("typestr")
-    try:
-        tdt = np.dtype(ts)
-        ok_ts = (isinstance(ts, str) and len(ts) >= 3 and ts[0] in "<>|" and
-                 tdt.itemsize == dt.itemsize and (tdt.kind == dt.kind or dt.fields))
-    except (TypeError, ValueError):
-        ok_ts = False
+    k = _typestr_size(ts)
+    shape = d.get("shape")
+    nd = len(spec.shape)
+    if k is None:
+        c.fail(R["typestr"], f"typestr {ts!r} is not a type string (byte order, kind, size)",
+               line)
+    elif k[1] != dt.itemsize or not (k[0] == dt.kind or k[0] == "V" or
+                                     (dt.kind == "V" and not dt.fields)):
+        c.fail(R["typestr"], f"typestr {ts!r} for dtype {dt} (kind {dt.kind!r}, itemsize "
+               f"{dt.itemsize})", line)
+    elif not isinstance(shape, tuple) or not _ints(shape, nd) or shape != spec.shape:
+        c.fail(R["typestr"], f"shape {shape!r}: want a tuple of {nd} ints, {spec.shape}", line)
+    else:
+        c.ok(R["typestr"])
+    descr = d.get("descr")
+    if descr is not None:
+        size = _descr_size(descr)
+        if size is None:
+            c.fail(R["descr"], f"descr {descr!r:.120} is not a list of (name, typestr[, shape]) "
+                   "tuples", line)
+        elif k is not None and size != k[1] and not (len(descr) == 1 and descr[0][0] == ""):
+            c.fail(R["descr"], f"descr describes {size} bytes, typestr {ts!r} {k[1]}", line)
+        else:
+            c.ok(R["descr"])
     data = d.get("data")
     n = int(np.prod(spec.shape, dtype=np.int64))
-    shape = d.get("shape")
-    if not ok_ts:
-        c.fail(CAI_TYPESTR, f"typestr {ts!r} for dtype {dt}", line)
-    elif not (isinstance(shape, tuple) and tuple(shape) == spec.shape):
-        c.fail(CAI_TYPESTR, f"shape {shape!r}, the array's is {spec.shape}", line)
+    ptr: Optional[int] = None
+    if not cuda and data is not None and not isinstance(data, tuple):
+        try:  # the interface allows an object exposing the buffer interface
+            raw = np.frombuffer(data, np.uint8)  # (held in `data` while the values are read)
+            c.ok(R["data"])
+            ptr = raw.ctypes.data if raw.size else None
+        except (TypeError, ValueError, BufferError):
+            c.fail(R["data"], f"data {type(data).__name__} is neither (pointer, read_only) nor "
+                   "a buffer", line)
+    elif not cuda and data is None:
+        c.ok(R["data"])  # (the object's own buffer, which the buffer rules check)
     elif not (isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], int) and
-              isinstance(data[1], bool) and (data[0] or not n)):
-        c.fail(CAI_TYPESTR, f"data {data!r}: want (pointer, read_only)", line)
+              not isinstance(data[0], bool) and isinstance(data[1], bool)):
+        c.fail(R["data"], f"data {data!r:.80}: want (pointer int, read_only bool)", line)
+    elif n and not data[0]:
+        c.fail(R["data"], f"data pointer 0 for {n} items", line)
+    elif data[0] < 0:
+        c.fail(R["data"], f"data pointer {data[0]} is negative", line)
+    elif spec.readonly and not data[1]:
+        c.fail(R["data"], "a read-only array exported with read_only False: a consumer may "
+               "write to it", line)
     else:
-        c.ok(CAI_TYPESTR)
+        c.ok(R["data"])
+        ptr = data[0]
     strides = d.get("strides")
-    c_contig = C.is_contiguous(spec.shape, spec.numpy().strides, dt.itemsize, "C")
-    if c_contig and strides is not None and n:
-        c.fail(CAI_STRIDES, f"strides {strides} for a C-contiguous array (must be None)", line)
-    elif not c_contig and strides is None:
-        c.fail(CAI_STRIDES, "strides None for a non-C-contiguous array", line)
+    np_strides = spec.numpy().strides
+    c_contig = C.is_contiguous(spec.shape, np_strides, dt.itemsize, "C")
+    if strides is not None and not _ints(strides, nd):
+        c.fail(R["strides"], f"strides {strides!r}: want None or a tuple of {nd} ints "
+               "(bools are not ints)", line)
+        strides = False
+    elif strides is None and not c_contig:
+        c.fail(R["strides"], "strides None for a non-C-contiguous array", line)
+        strides = False
+    elif cuda and c_contig and strides is not None and n and nd:
+        c.fail(R["strides"], f"strides {strides} for a C-contiguous array (v3: must be None)",
+               line)
+    elif strides is not None and n and any(
+            d_ > 1 and s != w for d_, s, w in zip(spec.shape, strides, np_strides)):
+        c.fail(R["strides"], f"strides {strides}, the array's layout has {np_strides}", line)
+        strides = False
     else:
-        c.ok(CAI_STRIDES)
+        c.ok(R["strides"])
     mask = d.get("mask")
-    if mask is not None and not hasattr(mask, "__cuda_array_interface__"):
-        c.fail(CAI_MASK, f"mask {mask!r} has no __cuda_array_interface__", line)
+    mask_d = getattr(mask, attr, None) if mask is not None else None
+    if mask is not None and (not isinstance(mask_d, dict) or
+                             mask_d.get("shape") != spec.shape):
+        c.fail(R["mask"], f"mask {mask!r:.60} has no {attr} of the array's shape", line)
     else:
-        c.ok(CAI_MASK)
-    if "stream" in d and d["stream"] is not None and (not isinstance(d["stream"], int) or
-                                                        d["stream"] == 0):
-        c.fail(CAI_STREAM, f"stream {d['stream']!r}: 0 is ambiguous and disallowed", line)
+        c.ok(R["mask"])
+    if cuda:
+        if "stream" in d and d["stream"] is not None and (
+                not isinstance(d["stream"], int) or isinstance(d["stream"], bool) or
+                d["stream"] == 0):
+            c.fail(R["stream"], f"stream {d['stream']!r}: 0 is ambiguous and disallowed", line)
+        else:
+            c.ok(R["stream"])
+        return
+    off = d.get("offset", 0)
+    if not isinstance(off, int) or isinstance(off, bool) or off < 0:
+        c.fail(R["values"], f"offset {off!r}: want an int >= 0", line)
+        return
+    # values, read through the pointer and strides the interface gave (host memory)
+    if ptr is None or strides is False or c.device_memory or not n:
+        return
+    st = strides if strides is not None else C.c_strides(spec.shape, dt.itemsize)
+    got = C._gather(ptr + off, spec.shape, st, dt.itemsize)
+    if not same_values(np.frombuffer(got, dt).reshape(spec.shape), spec.values):
+        c.fail(R["values"], "data, offset and strides describe other values than the array "
+               "holds", line)
     else:
-        c.ok(CAI_STREAM)
+        c.ok(R["values"])
+
+
+def check_cai(c: _Ctx) -> None:
+    check_interface(c, True)
+
+
+def check_array_interface(c: _Ctx) -> None:
+    check_interface(c, False)
 
 
 # ---- Arrow ---------------------------------------------------------------------------------
@@ -1089,8 +1326,8 @@ def producer(factory: Factory, *, cases: Optional[Iterable[ArraySpec]] = None,
              dtypes: Optional[Iterable[str]] = None, name: Optional[str] = None,
              source: Optional[Callable[[ArraySpec], str]] = None,
              read: Optional[ObjectReader] = None,
-             checks: Collection[str] = ("buffer", "dlpack", "cai", "arrow", "pickle",
-                                        "device")) -> Report:
+             checks: Collection[str] = ("buffer", "dlpack", "cai", "array_interface", "arrow",
+                                        "pickle", "device")) -> Report:
     """Run every producer check on the objects `factory(spec)` makes.
 
     factory(spec: ArraySpec) returns the object to check, or None (or raises
@@ -1128,6 +1365,8 @@ def producer(factory: Factory, *, cases: Optional[Iterable[ArraySpec]] = None,
             check_dlpack(c)
         if "cai" in checks:
             check_cai(c)
+        if "array_interface" in checks:
+            check_array_interface(c)
         if "arrow" in checks:
             check_arrow(c)
         if "pickle" in checks:

@@ -71,6 +71,8 @@ class Checker:
         if bad:
             pytest.fail(f"devbuf.check: {len(bad)} rule(s) broken: "
                         f"{', '.join(r.rule.id for r in bad)}\n{rep.format()}", pytrace=False)
+        if not bad and rep.unchecked is not None:  # a run that checked nothing is no pass
+            pytest.fail(f"devbuf.check: {rep.unchecked}\n{rep.format()}", pytrace=False)
         return rep
 
     def producer(self, factory: Factory, *, allow: Sequence[str] = (), **kw: Any) -> Report:

@@ -136,17 +136,15 @@ static int capi_import_from_object(PyObject *obj, int flags, DevbufPy_Import *ou
   size_t size = out->struct_size;
   memset(out, 0, sizeof *out);
   out->struct_size = size;
-  /* The routes and their order are devbuf.view's (view.c): the exchange
-   * table's types skip the Arrow lookups; Arrow comes before __dlpack__,
-   * since its capsule carries the sync_event and the dtype extension. */
-  dbp_desc *d = NULL;
+  /* The routes and their order are devbuf.view's (import_routes.c): one
+   * that refuses hands over to the next; if all refuse, the error names
+   * each and why. */
+  PyObject *notes = NULL;
   int arrow = 0;
-  if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred()) {
-    d = dbp_arrow_import(obj, 0);
-    arrow = d != NULL;
-  }
-  if (d == NULL && !PyErr_Occurred()) d = dbp_interop_import(obj, NULL);
+  dbp_desc *d = dbp_import_routes(obj, &notes, &arrow);
   if (d == NULL) {
+    if (notes != NULL && !PyErr_Occurred()) dbp_route_raise(PyExc_BufferError, notes, obj);
+    Py_XDECREF(notes);
     if (!PyErr_Occurred())
       PyErr_Format(PyExc_TypeError,
                    "devbuf C API Import_FromObject: %.100s speaks no protocol devbuf imports "
@@ -155,6 +153,7 @@ static int capi_import_from_object(PyObject *obj, int flags, DevbufPy_Import *ou
                    Py_TYPE(obj)->tp_name);
     return -1;
   }
+  Py_XDECREF(notes);
   int rflags = PyBUF_RECORDS_RO | PyBUF_DEVICE | (flags & PyBUF_WRITABLE);
   if ((arrow ? dbp_arrow_desc_export(d, &out->buffer.view, rflags)
              : dbp_desc_export(d, &out->buffer.view, rflags)) < 0 ||

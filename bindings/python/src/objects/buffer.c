@@ -802,26 +802,6 @@ PyObject *dbp_empty(PyObject *self, PyObject *args, PyObject *kwargs) {
   return (PyObject *)b;
 }
 
-PyObject *dbp_from_host(PyObject *self, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"obj", "device", "readonly", NULL};
-  PyObject *obj, *device_arg = Py_None;
-  int readonly = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$p:from_host", kwlist, &obj, &device_arg,
-                                   &readonly))
-    return NULL;
-  DbpDevice *d = dbp_device_get(device_arg);
-  if (d == NULL) return NULL;
-  Py_buffer src;
-  if (PyObject_GetBuffer(obj, &src, PyBUF_FULL_RO) < 0) {
-    Py_DECREF(d);
-    return NULL;
-  }
-  DbpBuffer *b = dbp_buffer_from_pybuffer(d, &src, readonly);
-  PyBuffer_Release(&src);
-  Py_DECREF(d);
-  return (PyObject *)b;
-}
-
 int dbp_buffer_init(PyObject *module) {
   if (PyType_Ready(&DbpBuffer_Type) < 0) return -1;
   /* Every classic flag, PyBUF_INDIRECT included (NULL suboffsets serve it,

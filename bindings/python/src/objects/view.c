@@ -120,46 +120,43 @@ DbpView *dbp_view_from_desc(dbp_desc *d, int flags) {
   return view_finish(v);
 }
 
+/* An imported description into v: Arrow's was not made by
+ * dbp_desc_describe, so the producer's answer gets the check a buffer
+ * export gets. 0, or -1 with an exception (d freed). */
+static int view_take_import(DbpView *v, dbp_desc *d, int flags, int arrow) {
+  if (!arrow) return view_take_desc(v, d, flags, dbp_desc_export);
+  if (view_take_desc(v, d, flags, dbp_arrow_desc_export) < 0) return -1;
+  if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
+                            DBP_LAYOUT_BUFFER_ERROR) < 0) {
+    dbp_desc_free(v->held);
+    v->held = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 DbpView *dbp_view_new(PyObject *obj, int flags) {
   DbpView *v = view_alloc();
   if (v == NULL) return NULL;
   /* Not a buffer exporter: the producer's protocol is read into a
    * description the view owns (desc.h), whatever the protocol. */
   if (!PyObject_CheckBuffer(obj)) {
-    dbp_desc *d = NULL;
-    /* Arrow before __dlpack__: its capsule carries the producer's
-     * sync_event and the custom-dtype extension, which DLPack of the same
-     * object would drop. A type with the DLPack exchange table keeps its
-     * fast path (a cached per-type lookup) without the Arrow lookups.
-     * Arrow's refusals are raised as they are (not one route among
-     * several): an Arrow producer asked for its Arrow array. */
-    if (dbp_exchange_api_of(Py_TYPE(obj)) == NULL && !PyErr_Occurred()) {
-      d = dbp_arrow_import(obj, 0);
-      if (d != NULL) {
-        if (view_take_desc(v, d, flags, dbp_arrow_desc_export) < 0) {
-          Py_DECREF(v);
-          return NULL;
-        }
-        /* Arrow's description was not made by dbp_desc_describe: the
-         * producer's answer gets the check a buffer export gets. */
-        if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
-                                  DBP_LAYOUT_BUFFER_ERROR) < 0) {
-          dbp_desc_free(v->held);
-          v->held = NULL;
-          Py_DECREF(v);
-          return NULL;
-        }
-        return view_finish(v);
-      }
-    }
-    if (d == NULL && !PyErr_Occurred()) d = dbp_interop_import(obj, NULL);
+    /* Each route in turn (import_routes.c): one that refuses (Pillow's
+     * Arrow export of an RGB image) hands over to the next; if all refuse,
+     * the error names each and why. */
+    PyObject *notes = NULL;
+    int arrow = 0;
+    dbp_desc *d = dbp_import_routes(obj, &notes, &arrow);
     if (d != NULL) {
-      if (view_take_desc(v, d, flags, dbp_desc_export) < 0) {
+      Py_XDECREF(notes);
+      if (view_take_import(v, d, flags, arrow) < 0) {
         Py_DECREF(v);
         return NULL;
       }
       return view_finish(v);
     }
+    if (notes != NULL && !PyErr_Occurred()) dbp_route_raise(PyExc_BufferError, notes, obj);
+    Py_XDECREF(notes);
     if (PyErr_Occurred()) {
       Py_DECREF(v);
       return NULL;
@@ -171,11 +168,12 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
      * array interface; if not, its own error stands. */
     PyObject *t, *e, *tb, *notes = NULL;
     dbp_desc *d = NULL;
+    int arrow = 0;
     PyErr_Fetch(&t, &e, &tb);
     if (PyErr_GivenExceptionMatches(t, PyExc_ValueError) ||
         PyErr_GivenExceptionMatches(t, PyExc_BufferError))
-      d = dbp_interop_import(obj, &notes);
-    if (d != NULL && view_take_desc(v, d, flags, dbp_desc_export) == 0) {
+      d = dbp_import_routes(obj, &notes, &arrow);
+    if (d != NULL && view_take_import(v, d, flags, arrow) == 0) {
       Py_XDECREF(t);
       Py_XDECREF(e);
       Py_XDECREF(tb);

@@ -157,6 +157,15 @@ out:
   return rc;
 }
 
+/* The owner of an array interface whose 'data' is a buffer object: the
+ * memoryview that keeps it alive. */
+static void release_held(void *m) { Py_DECREF((PyObject *)m); }
+
+static dbp_desc *dbp_interface_read(PyObject *obj, PyObject *d, int cuda, const char *what,
+                                    PyObject *shape, PyObject *typestr, PyObject *data,
+                                    const Py_buffer *buf, PyObject *strides, PyObject *offset,
+                                    PyObject *stream);
+
 dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
   const char *what = cuda ? "__cuda_array_interface__" : "__array_interface__";
   if (!PyDict_Check(d)) {
@@ -180,10 +189,47 @@ dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
     PyErr_Format(PyExc_BufferError, "%s with a mask is not supported", what);
     return NULL;
   }
-  if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
-    PyErr_Format(PyExc_BufferError, "%s 'data' must be a (pointer, read_only) tuple", what);
+  /* The array interface (not CUDA's) also takes an object exposing the
+   * buffer protocol as 'data' (Pillow gives bytes): its export is held by
+   * the description (`held`, a memoryview), so the pointer outlives it. */
+  PyObject *held = NULL;
+  if (!cuda && !PyTuple_Check(data) && PyObject_CheckBuffer(data)) {
+    held = PyMemoryView_FromObject(data);
+    if (held == NULL) return NULL;
+    if (!PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(held), 'C')) {
+      Py_DECREF(held);
+      PyErr_Format(PyExc_BufferError, "%s 'data' (%.100s) is not a contiguous buffer", what,
+                   Py_TYPE(data)->tp_name);
+      return NULL;
+    }
+  } else if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
+    PyErr_Format(PyExc_BufferError,
+                 cuda ? "%s 'data' must be a (pointer, read_only) tuple"
+                      : "%s 'data' must be a (pointer, read_only) tuple or a buffer",
+                 what);
     return NULL;
   }
+  dbp_desc *f = dbp_interface_read(obj, d, cuda, what, shape, typestr, held ? NULL : data,
+                                   held ? PyMemoryView_GET_BUFFER(held) : NULL, strides, offset,
+                                   stream);
+  if (f == NULL) {
+    Py_XDECREF(held);
+    return NULL;
+  }
+  if (held != NULL) {
+    f->managed = held; /* released with the description (desc.c), by its own release */
+    f->release_owner = release_held;
+  }
+  return f;
+}
+
+/* The rest of dbp_interface_import: `data` is the (pointer, read_only)
+ * tuple, or NULL with `buf` the buffer that holds the items. */
+static dbp_desc *dbp_interface_read(PyObject *obj, PyObject *d, int cuda, const char *what,
+                                    PyObject *shape, PyObject *typestr, PyObject *data,
+                                    const Py_buffer *buf, PyObject *strides, PyObject *offset,
+                                    PyObject *stream) {
+  (void)d;
   Py_ssize_t nd = PyTuple_GET_SIZE(shape);
   if (nd > DEVBUF_DLPACK_MAX_NDIM) {
     PyErr_Format(PyExc_BufferError, "%s has %zd dimensions; at most %d", what, nd,
@@ -211,19 +257,21 @@ dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
   int64_t itemsize = padded ? (int64_t)t.dtype.lanes : (int64_t)(t.dtype.bits / 8) * t.dtype.lanes;
   /* PyLong_AsVoidPtr takes negative ints and reinterprets them as high
    * addresses; an address is never negative (issue 20). */
-  PyObject *ptr_obj = PyTuple_GET_ITEM(data, 0);
-  if (!PyLong_Check(ptr_obj)) {
+  PyObject *ptr_obj = data ? PyTuple_GET_ITEM(data, 0) : NULL;
+  if (buf != NULL) {
+    t.data = buf->buf;
+  } else if (!PyLong_Check(ptr_obj)) {
     PyErr_Format(PyExc_BufferError, "%s 'data' pointer must be an int, not %.100s", what,
                  Py_TYPE(ptr_obj)->tp_name);
     return NULL;
-  }
-  if (_PyLong_Sign(ptr_obj) < 0) {
+  } else if (_PyLong_Sign(ptr_obj) < 0) {
     PyErr_Format(PyExc_BufferError, "%s 'data' pointer %R is negative", what, ptr_obj);
     return NULL;
+  } else {
+    t.data = PyLong_AsVoidPtr(ptr_obj);
+    if (t.data == NULL && PyErr_Occurred()) return NULL;
   }
-  t.data = PyLong_AsVoidPtr(ptr_obj);
-  if (t.data == NULL && PyErr_Occurred()) return NULL;
-  int ro = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
+  int ro = buf != NULL ? buf->readonly : PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
   if (ro < 0) return NULL;
   t.device.device_type = cuda ? kDLCUDA : kDLCPU;
   t.device.device_id = 0; /* CAI has no device field: see docs/interop.md */
@@ -245,6 +293,11 @@ dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
       return NULL;
     }
     for (Py_ssize_t i = 0; i < nd; i++) {
+      /* As for 'shape': a bool is not a stride (True would read as 1 byte). */
+      if (PyBool_Check(PyTuple_GET_ITEM(strides, i))) {
+        PyErr_Format(PyExc_TypeError, "%s 'strides'[%zd] must be an int, not bool", what, i);
+        return NULL;
+      }
       long long b = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
       if (b == -1 && PyErr_Occurred()) return NULL;
       if (b % itemsize != 0) {
@@ -265,6 +318,23 @@ dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
       return NULL;
     }
     t.byte_offset = (uint64_t)o;
+  }
+  if (buf != NULL) {
+    /* The items must lie inside the 'data' buffer, whose size is known. */
+    int64_t lo = (int64_t)t.byte_offset, hi = lo + itemsize, n = 1;
+    for (int i = 0; i < t.ndim; i++) {
+      int64_t s = (t.strides ? t.strides[i] : 0) * itemsize;
+      n *= sh[i];
+      if (sh[i] > 0 && s > 0) hi += s * (sh[i] - 1);
+      if (sh[i] > 0 && s < 0) lo += s * (sh[i] - 1);
+    }
+    if (t.strides == NULL) hi = lo + n * itemsize;
+    if (n > 0 && (lo < 0 || hi > (int64_t)buf->len)) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s describes bytes %lld to %lld of its 'data' buffer, which holds %zd",
+                   what, (long long)lo, (long long)hi, buf->len);
+      return NULL;
+    }
   }
   dbp_desc *f = dbp_desc_new(cuda ? DBP_DESC_CAI : DBP_DESC_ARRAY_INTERFACE, obj);
   if (f == NULL) return NULL;

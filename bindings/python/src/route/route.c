@@ -79,8 +79,14 @@ dbp_desc *dbp_interop_import(PyObject *obj, PyObject **notes_out) {
       Py_DECREF(d);
     }
     if (f == NULL) {
-      if (!PyErr_ExceptionMatches(PyExc_BufferError)) break;
-      if (dbp_route_note(&notes, route[step]) < 0) break;
+      /* After an earlier route's refusal (Arrow refused pyarrow's nulls), a
+       * later route's own error (pyarrow's __dlpack__: ArrowTypeError) is
+       * one more reason in the list, and the last: the search stops. */
+      int last = !PyErr_ExceptionMatches(PyExc_BufferError);
+      if (last && (notes == NULL || !PyErr_ExceptionMatches(PyExc_Exception) ||
+                   PyErr_ExceptionMatches(PyExc_MemoryError)))
+        break;
+      if (dbp_route_note(&notes, route[step]) < 0 || last) break;
     }
   }
   if (notes_out != NULL) {

@@ -30,4 +30,14 @@ const devbuf_dlpack_exchange_api *dbp_exchange_api_of(PyTypeObject *type);
 /* Interned names; from the module's first exec. 0 or -1. */
 int dbp_route_init(void);
 
+/* ---- import_routes.c ------------------------------------------------------ */
+/* Every route but the buffer protocol, as devbuf.view() and the C API try
+ * them: the exchange table, Arrow (*arrow set to 1 when it answered: export
+ * with dbp_arrow_desc_export), then dbp_interop_import's. A route's
+ * BufferError hands over to the next, its reason appended to *notes (a
+ * list, made when NULL; the caller owns it). NULL with an exception on a
+ * hard error; NULL WITHOUT one when no route answered (*notes then holds
+ * each refusal, or stays NULL when obj speaks none). */
+dbp_desc *dbp_import_routes(PyObject *obj, PyObject **notes, int *arrow);
+
 #endif /* DBP_ROUTE_H */
