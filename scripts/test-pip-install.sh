@@ -11,7 +11,11 @@
 #     files in <build>/debug/.build-id, holds no build or source path, and
 #     its METADATA names the licence and has no relative link; a second
 #     build from a copy of the source in another folder gives the same
-#     files, byte for byte (reproducible);
+#     files, byte for byte, and the same .whl sha256 (SOURCE_DATE_EPOCH from
+#     the last commit, as scripts/build-manylinux.sh sets it); so do the two
+#     wheels after `auditwheel repair` (the release step); a wheel built
+#     with -DDEVBUF_WITH_PYPLUGIN=OFF ships neither devbuf._pyplugin nor its
+#     stub;
 #  3. with NO devbuf environment variable and from a directory outside the
 #     source tree: import devbuf (from the venv, not the checkout), list the
 #     devices, round-trip bytes on cpu and on devbuf.sim; the `devbuf-info`
@@ -100,6 +104,14 @@ clean_env=(env -u DEVBUF_PLUGINS -u DEVBUF_PLUGIN_PATH -u DEVBUF_NO_DEFAULT_PLUG
 
 venv="$work/venv"
 vpy="$venv/bin/python"
+# The archive's timestamps (zip entries, auditwheel's rewrite): the last
+# commit's date, as scripts/build-manylinux.sh sets it for a release, so that
+# two builds of one commit give one sha256.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH=$(git -C "$src" log -1 --format=%ct 2>/dev/null || true)
+  [ -n "$SOURCE_DATE_EPOCH" ] || die "SOURCE_DATE_EPOCH is unset and $src is not a git checkout: set it"
+fi
+export SOURCE_DATE_EPOCH
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # Both the build and the wheel reuse one build directory outside the source tree.
 cfg=(--config-settings=build-dir="$work/build")
@@ -174,6 +186,23 @@ rm -rf "$work/unpacked-2" && mkdir "$work/unpacked-2" && (cd "$work/unpacked-2" 
 "$vpy" "$src/scripts/wheel_check.py" same "$work/unpacked-1" "$work/unpacked-2" \
   || die "two builds of one source in different folders differ (see above)"
 echo "   built again in $(( $(date +%s) - start )) s: identical files"
+# ... and identical archives: the zip entries' times and order too.
+"$vpy" "$src/scripts/wheel_check.py" same-archive "$wheel" "$wheel2" \
+  || die "two builds of one source give different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+# The release step, auditwheel repair (scripts/build-manylinux.sh), rewrites
+# the archive: both repaired wheels must still be one sha256. Here with the
+# project's auditwheel, for this machine's platform tag.
+if [ -x "$src/.venv/bin/auditwheel" ]; then
+  for i in 1 2; do
+    w="$wheel"; [ "$i" = 2 ] && w="$wheel2"
+    quiet env PATH="$src/.venv/bin:$PATH" "$src/.venv/bin/python" -m auditwheel repair -w "$work/repaired-$i" "$w"
+  done
+  "$vpy" "$src/scripts/wheel_check.py" same-archive "$work"/repaired-1/devbuf-*.whl "$work"/repaired-2/devbuf-*.whl \
+    || die "auditwheel repair of two identical builds gives different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+  echo "   auditwheel repair: $(basename "$work"/repaired-1/devbuf-*.whl), same sha256 twice"
+else
+  echo "   auditwheel repair: not checked ($src/.venv/bin/auditwheel missing: scripts/setup.sh installs it)"
+fi
 
 # ---- 3. smoke test, no environment, away from the checkout ------------------
 step "import devbuf from the venv, devices, round trips (no environment)"
