@@ -113,6 +113,9 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 fi
 export SOURCE_DATE_EPOCH
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Every compile for real: the reproducibility check below must not compare a
+# build with objects another build left in ccache (scripts/devbuf-cache.sh).
+export CCACHE_DISABLE=1
 # Both the build and the wheel reuse one build directory outside the source tree.
 cfg=(--config-settings=build-dir="$work/build")
 export CMAKE_BUILD_PARALLEL_LEVEL="$jobs"
@@ -143,7 +146,7 @@ for pattern in 'devbuf/__init__\.py' 'devbuf/_devbuf[.].*\.so' 'devbuf/lib/libde
                'devbuf/bin/devbuf-info' 'devbuf/_devbuf_info\.py' 'devbuf/include/devbuf/plugin\.h' \
                'devbuf/lib/cmake/devbuf/devbufConfig\.cmake' 'entry_points\.txt' \
                'devbuf/__init__\.pxd' 'devbuf/include/devbuf_capi\.h' 'devbuf/__main__\.py' \
-               'devbuf/py\.typed' 'devbuf/_devbuf\.pyi' \
+               'devbuf/py\.typed' 'devbuf/_devbuf\.pyi' 'devbuf/_pyplugin[.].*\.so' 'devbuf/_pyplugin\.pyi' \
                'dist-info/licenses/LICENSE$'; do
   grep -E -q "$pattern" <<<"$contents" || die "wheel $(basename "$wheel") has no file matching $pattern"
 done
@@ -203,6 +206,16 @@ if [ -x "$src/.venv/bin/auditwheel" ]; then
 else
   echo "   auditwheel repair: not checked ($src/.venv/bin/auditwheel missing: scripts/setup.sh installs it)"
 fi
+
+# Without devbuf._pyplugin (-DDEVBUF_WITH_PYPLUGIN=OFF, for machines without
+# libffi): neither the module nor its stub is in the wheel.
+step "a wheel built with -DDEVBUF_WITH_PYPLUGIN=OFF"
+start=$(date +%s)
+quiet "$vpy" -m pip wheel --no-deps "${build_flags[@]}" --config-settings=build-dir="$work/build-nopyplugin" \
+  --config-settings=cmake.define.DEVBUF_WITH_PYPLUGIN=OFF -w "$work/dist-nopyplugin" "$src"
+"$vpy" "$src/scripts/wheel_check.py" no-file "$work"/dist-nopyplugin/devbuf-*.whl '^devbuf/_pyplugin[.]' \
+  || die "a wheel built with DEVBUF_WITH_PYPLUGIN=OFF ships devbuf._pyplugin's files"
+echo "   built in $(( $(date +%s) - start )) s"
 
 # ---- 3. smoke test, no environment, away from the checkout ------------------
 step "import devbuf from the venv, devices, round trips (no environment)"
