@@ -63,7 +63,11 @@ mkdir -p "$OUT"
 # shellcheck source=scripts/cpython313.sh
 . "$ROOT/scripts/cpython313.sh"
 CPY313_JOBS="$JOBS"
-fetch_source() { cpy313_source; }
+fetch_source() { # and OUT/src: the source, for cpython/tests/doc.sh
+  cpy313_source || return 1
+  [ -L "$OUT/src" ] || rm -rf "${OUT:?}/src"
+  ln -sfn "$(dirname "$CPY313_SRC")" "$OUT/src"
+}
 variant_of() { # this script's tree names -> scripts/cpython313.sh's variants
   case "$1" in
     unpatched) echo default ;; unpatched-t) echo ft ;; unpatched-tsan) echo ft-tsan ;;

@@ -119,6 +119,8 @@ cpy313_make_locked() {
       { tail -40 "$tree/install.devbuf.log"; return 1; }
     mv "$dir/.started-install" "$dir/.done-install"
   fi
+  # The tree's own stamp (scripts/cpython-mutation.py copies a tree with it).
+  [ -f "$tree/.devbuf-stamp" ] || basename "$dir" >"$tree/.devbuf-stamp"
   echo "== cpython $CPY313_VER $v: $level done ($dir)"
 }
 cpy313_make() {

@@ -66,8 +66,13 @@ entry_of() { cpy313_dir "$(variant_of "$1")"; }
 # The interpreter of variant $1 (t, tsan: free-threaded; d: the default build).
 interp_of() { if [ "$1" = d ]; then echo "$(entry_of d)/prefix/bin/python3.13"; else echo "$(entry_of "$1")/prefix/bin/python3.13t"; fi; }
 
-# $1 = t | tsan | d: configure, make, make altinstall (cached).
-build_interp() { cpy313_make "$(variant_of "$1")" install && [ -x "$(interp_of "$1")" ]; }
+# $1 = t | tsan | d: configure, make, make altinstall (cached); OUT/prefix-$1
+# links to the prefix (scripts/build-manylinux.sh looks for the 3.13t there).
+build_interp() {
+  cpy313_make "$(variant_of "$1")" install && [ -x "$(interp_of "$1")" ] || return 1
+  [ -L "$OUT/prefix-$1" ] || rm -rf "${OUT:?}/prefix-$1"
+  ln -sfn "$(entry_of "$1")/prefix" "$OUT/prefix-$1"
+}
 
 # $1 = t | tsan: a venv over prefix-$1 with requirements-ft.txt.
 make_venv() {
@@ -77,6 +82,11 @@ make_venv() {
   venv="$(entry_of "$v")/venv-$want"
   [ -L "$OUT/venv-$v" ] || rm -rf "$OUT/venv-$v"  # a venv of the old in-checkout layout
   ln -sfn "$venv" "$OUT/venv-$v"
+  # The pip wheel, kept in the cache too (OUT/wheels links to it: the
+  # 3.13t checks of scripts/build-manylinux.sh install pip from it).
+  mkdir -p "$DEVBUF_CACHE/pip-wheels"
+  [ -L "$OUT/wheels" ] || rm -rf "${OUT:?}/wheels"
+  ln -sfn "$DEVBUF_CACHE/pip-wheels" "$OUT/wheels"
   cache_locked "$venv" make_venv_locked "$v" "$venv" "$py" "$want"
 }
 make_venv_locked() {
@@ -90,7 +100,6 @@ make_venv_locked() {
   # Debian's source ships no bundled pip wheel for ensurepip, and the
   # project's pip (23.0) cannot run on 3.13: fetch a newer pip wheel with it
   # and bootstrap from that wheel; then wheels only, never a source build.
-  mkdir -p "$OUT/wheels"
   "$HOSTPY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     -d "$OUT/wheels" "pip==$FT_PIP" >"$OUT/pip-$v.log" 2>&1 || { tail -20 "$OUT/pip-$v.log"; return 1; }
   local whl
