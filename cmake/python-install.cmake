@@ -104,6 +104,10 @@ else()
     FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed" PATTERN "*.pxd"
     PATTERN "__pycache__" EXCLUDE)
 endif()
+# The stub of devbuf._pyplugin, only with the module (bindings/python/pyplugin.cmake).
+if(TARGET devbuf_pyplugin)
+  install(FILES ${_devbuf_py_src}/stubs/_pyplugin.pyi DESTINATION ${_devbuf_pkg} COMPONENT python)
+endif()
 # The headers for `cimport devbuf` and C consumers (devbuf.get_include()),
 # laid out by the bindings' build in the package's include/ folder; a wheel
 # already puts the include dir there (CMAKE_INSTALL_INCLUDEDIR=devbuf/include).

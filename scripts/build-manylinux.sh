@@ -75,6 +75,18 @@ log="$out/log.txt"
 : >"$log"
 report="$out/last-run.md"
 results=()
+# Reproducible archives: the wheel's zip entries (scikit-build-core) and
+# auditwheel's rewrite of it take their times from SOURCE_DATE_EPOCH, which
+# the root's `env -i` would otherwise drop: the last commit's date, so that
+# two builds of one commit give one sha256 (scripts/test-pip-install.sh
+# checks that for the raw and the repaired wheel). A source without git
+# history (an sdist) must set it.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH=$(git -C "$src" log -1 --format=%ct 2>/dev/null || true)
+  [ -n "$SOURCE_DATE_EPOCH" ] ||
+    { echo "build-manylinux.sh: SOURCE_DATE_EPOCH is unset and $src has no git history: set it" >&2; exit 2; }
+fi
+export SOURCE_DATE_EPOCH
 
 step() { echo "== $*"; echo "== $*" >>"$log"; }
 die() { echo "build-manylinux.sh: FAIL: $*" >&2; results+=("FAIL: $*"); write_report; exit 1; }
@@ -87,6 +99,7 @@ quiet() { # run, keep the output in the log, show its tail on failure
 # step 1 to /etc/ssl/certs/host-ca-bundle.crt.
 in_root() {
   chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
+    SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
     PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt SSL_CERT_FILE=/etc/ssl/certs/host-ca-bundle.crt \
     ${PIP_INDEX_URL:+PIP_INDEX_URL="$PIP_INDEX_URL"} ${PIP_DEFAULT_TIMEOUT:+PIP_DEFAULT_TIMEOUT="$PIP_DEFAULT_TIMEOUT"} \
     "$@"
@@ -111,6 +124,7 @@ write_report() {
     echo "- host: $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(ldd --version | awk 'NR==1{print $NF}')"
     echo "- root: Debian $suite $(cat "$root/etc/debian_version" 2>/dev/null), glibc $(in_root ldd --version 2>/dev/null | awk 'NR==1{print $NF}')"
     echo "- command: scripts/build-manylinux.sh (root $root)"
+    echo "- SOURCE_DATE_EPOCH: $SOURCE_DATE_EPOCH ($(date -u -d "@$SOURCE_DATE_EPOCH" '+%Y-%m-%d %H:%M UTC'))"
     echo
     for r in "${results[@]}"; do echo "- $r"; done
   } >"$report"
@@ -255,7 +269,7 @@ build_one() {
   cp "$root/out/dist-$v/$wheel" "$out/dist/"
   libs=$(python3 -c 'import sys, zipfile; print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("devbuf.libs/") and not n.endswith("/")))' "$out/dist/$wheel")
   plugins=$(python3 -c 'import sys, zipfile; print(" ".join(sorted(n.rsplit("devbuf_plugin_", 1)[1][:-3] for n in zipfile.ZipFile(sys.argv[1]).namelist() if "/plugins/devbuf_plugin_" in n)))' "$out/dist/$wheel")
-  ok "[$tag] auditwheel: symbols need glibc 2.$need; $wheel, $(( $(stat -c %s "$out/dist/$wheel") / 1024 )) KB, bundled: ${libs:-nothing}; plugins: $plugins"
+  ok "[$tag] auditwheel: symbols need glibc 2.$need; $wheel, $(( $(stat -c %s "$out/dist/$wheel") / 1024 )) KiB, sha256 $(sha256sum "$out/dist/$wheel" | cut -c1-16)..., bundled: ${libs:-nothing}; plugins: $plugins"
   ver=$(python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); m = z.read([n for n in z.namelist() if n.endswith("dist-info/METADATA")][0]).decode(); print([l[9:] for l in m.splitlines() if l.startswith("Version: ")][0])' "$out/dist/$wheel")
   tar -C "$root/build-wheel-$v" -czf "$out/dist/devbuf-$ver-$tag-$plat-debug.tar.gz" debug
   ok "[$tag] debug files: devbuf-$ver-$tag-$plat-debug.tar.gz (gdb: set debug-file-directory <unpacked>/debug)"

@@ -29,11 +29,13 @@
 # PRIVATE apt configuration (scripts/debian-source.sh): the machine's apt
 # sources and lists are never touched. No root needed.
 #
-# Trees (build-cpython313/, git-ignored):  unpatched  patched  (default build)
+# Trees (links under build-cpython313/, git-ignored, to the cached trees of
+# scripts/cpython313.sh under DEVBUF_CACHE, default ~/.cache/devbuf):
+#                                          unpatched  patched  (default build)
 #                                          unpatched-t patched-t (--disable-gil)
 #                                          patched-tsan (default), unpatched-tsan (opt-in)
-# Each is rebuilt only when its stamp (configure flags + the series' code
-# patches) changes.
+# Each is rebuilt only when its key (configure flags + the series' code
+# patches) changes; the unpatched 3.13t is python-ft.sh's interpreter tree.
 # The unpatched trees are only configured unless CPYREF_BENCH=1 asks for the
 # comparison: the tests need their headers (the old-ABI extensions are
 # compiled against them), not their interpreters.
@@ -44,11 +46,6 @@ OUT="${CPYREF_DIR:-$ROOT/build-cpython313}"
 JOBS="${CPYREF_JOBS:-2}"
 SERIES="$ROOT/cpython/patches-3.13"
 TESTS="${CPYREF_TESTS:-test_buffer test_buffer_device test_memoryview test_struct test_bytes test_array test_picklebuffer test_pickle test_capi test_sys test_free_threading}"
-# Same flags for every build: plain ./configure, no PGO, no LTO.
-CONFIGURE_FLAGS=(--without-ensurepip --with-system-expat)
-# Debian's security backports make Modules/pyexpat.c include internal
-# headers: build it as a core module (as scripts/python-ft.sh does).
-SETUP_LOCAL=$'*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat'
 PASSED=0
 FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
@@ -56,72 +53,41 @@ fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
 finish() { echo "cpython-reference: $PASSED passed, $FAILED failed"; exit $((FAILED > 0)); }
 mkdir -p "$OUT"
 
-# ---- 1. the source, from Debian's archive, through a private apt config ----
-# shellcheck source=scripts/debian-source.sh
-. "$ROOT/scripts/debian-source.sh"
-fetch_source() { debian_source python3.13 trixie "$OUT"; }
-
-# ---- 2. one build tree per variant -----------------------------------------
-flags_for() { # $1 = variant: its configure flags, one per line
-  printf '%s\n' "${CONFIGURE_FLAGS[@]}"
-  case "$1" in *-t) echo --disable-gil ;; esac
-  case "$1" in *-tsan) printf '%s\n' --disable-gil --with-thread-sanitizer ;; esac
+# ---- 1. the source and 2. the trees: from the cache -----------------------
+# scripts/cpython313.sh fetches Debian's source once and builds each variant
+# once per key (flags, Setup.local and, patched, the series' code patches: a
+# patch touching only Doc/ (0008) rebuilds no tree) under DEVBUF_CACHE
+# (default ~/.cache/devbuf), outside the checkout; $OUT/VARIANT is a link to
+# the cached tree. The unpatched 3.13t is the very tree python-ft.sh tests
+# devbuf on: built once for both.
+# shellcheck source=scripts/cpython313.sh
+. "$ROOT/scripts/cpython313.sh"
+CPY313_JOBS="$JOBS"
+fetch_source() { # and OUT/src: the source, for cpython/tests/doc.sh
+  cpy313_source || return 1
+  [ -L "$OUT/src" ] || rm -rf "${OUT:?}/src"
+  ln -sfn "$(dirname "$CPY313_SRC")" "$OUT/src"
 }
-env_for() { # $1 = variant: the compiler environment (TSan: gcc, see python-ft.sh)
-  case "$1" in *-tsan) printf '%s\n' CC=gcc CXX=g++ LDFLAGS=-fsanitize=thread ;; *) echo DEVBUF_CPYREF=1 ;; esac
+variant_of() { # this script's tree names -> scripts/cpython313.sh's variants
+  case "$1" in
+    unpatched) echo default ;; unpatched-t) echo ft ;; unpatched-tsan) echo ft-tsan ;;
+    patched) echo patched ;; patched-t) echo patched-ft ;; patched-tsan) echo patched-ft-tsan ;;
+    *) echo "cpython-reference.sh: unknown tree '$1'" >&2; return 1 ;;
+  esac
 }
-series_code() { # the patches that change what is built: a patch touching
-  # only Doc/ (0008) does not, so editing it rebuilds no tree
-  local p
-  for p in "$SERIES"/*.patch; do
-    if grep '^+++ b/' "$p" | grep -qv '^+++ b/Doc/'; then cat "$p"; fi
-  done
-}
-stamp_for() { # what a tree was built from: flags, Setup.local, the series
-  local v="$1"
-  { flags_for "$v"; env_for "$v"; echo "$SETUP_LOCAL"
-    case "$v" in patched*) series_code ;; esac; } | sha256sum | cut -c1-16
-}
-# $1 = variant, $2 = configure-only (1) or full build (0)
+# $1 = tree name, $2 = configure-only (1) or full build (0)
 build_variant() {
-  local v="$1" conf_only="${2:-0}" src tree stamp want
-  src="$(ls -d "$OUT"/src/python3.13-*/ | head -1)"
-  tree="$OUT/$v"
-  stamp="$tree/.devbuf-stamp"
-  want="$(stamp_for "$v")"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    if [ -x "$tree/python" ] || [ "$conf_only" = 1 ]; then
-      echo "== $v: cached ($want)"; return 0
-    fi
-  else
-    echo "== $v: fresh tree from $src"
-    rm -rf "$tree"
-    # Debian's own patches are applied by dpkg-source -x already (3.0 quilt).
-    cp -a "$src" "$tree"
-    if [[ "$v" == patched* ]]; then
-      local p
-      for p in "$SERIES"/*.patch; do
-        echo "   applying $(basename "$p")"
-        patch -d "$tree" -p1 --no-backup-if-mismatch <"$p" >"$tree.patch.log" 2>&1 ||
-          { cat "$tree.patch.log"; return 1; }
-      done
-    fi
-    printf '%s\n' "$SETUP_LOCAL" >"$tree/Modules/Setup.local"
-    local flags envs
-    mapfile -t flags < <(flags_for "$v")
-    mapfile -t envs < <(env_for "$v")
-    (cd "$tree" && env "${envs[@]}" ./configure "${flags[@]}" >config.devbuf.log 2>&1) ||
-      { tail -30 "$tree/config.devbuf.log"; return 1; }
-    echo "$want" >"$stamp"
-  fi
-  [ "$conf_only" = 1 ] && return 0
-  local envs
-  mapfile -t envs < <(env_for "$v")
-  (cd "$tree" && env "${envs[@]}" make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
+  local v="$1" conf_only="${2:-0}" cv dir level=build
+  cv="$(variant_of "$v")" || return 1
+  [ "$conf_only" = 1 ] && level=configure
+  cpy313_make "$cv" "$level" || return 1
+  dir="$(cpy313_dir "$cv")"
+  [ -L "$OUT/$v" ] || rm -rf "${OUT:?}/$v"  # a tree of the old in-checkout layout
+  ln -sfn "$dir/tree" "$OUT/$v"
 }
 
 T0=$(date +%s)
-if fetch_source; then pass "fetch python3.13 source $(basename "$(ls -d "$OUT"/src/python3.13-*/ | head -1)") (trixie, private apt config)"; else fail "fetch python3.13 source"; finish; fi
+if fetch_source; then pass "python3.13 source $CPY313_VER (trixie, private apt config, cached)"; else fail "fetch python3.13 source"; finish; fi
 # The unpatched trees are configured only (their headers and pyconfig.h are
 # what the old-ABI extensions compile against), unless the benchmarks need
 # their interpreters.

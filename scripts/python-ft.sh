@@ -12,22 +12,26 @@
 #   FT_STEPS="build"                only some steps: build venv devbuf tests tsan bench
 #   FT_JOBS=2                       make -j (default: nproc)
 #
-# Source: `apt-get source python3.13` from Debian trixie (3.13.15-1 here)
-# through a PRIVATE apt configuration under build-ft/apt/ (one deb-src line,
-# own lists): the machine's apt sources are never touched.  3.14/3.15 are
-# listed by sid/forky but their files are not served to these machines, so
-# nothing here asks for them.
+# Source: `apt-get source python3.13` from Debian trixie through a PRIVATE
+# apt configuration (one deb-src line, own lists): the machine's apt sources
+# are never touched.
 #
-# Everything lives under build-ft/ (git-ignored, kept between runs):
-#   src/python3.13-*/     the unpacked source (Debian's patches applied)
-#   tree-t/, prefix-t/    the --disable-gil build and its `make altinstall`
-#   venv-t/               a venv with numpy's cp313t wheel, pytest, hypothesis
-#                         (requirements-ft.txt), installed by the project's
-#                         .venv pip through `pip --python` (the interpreter
-#                         needs no ssl of its own)
-#   build-t/              devbuf built against venv-t, -Werror
-#   tree-tsan/, prefix-tsan/, venv-tsan/, build-tsan-py/   with FT_TSAN=1
-# Each interpreter is rebuilt only when its stamp (configure flags) changes.
+# The interpreters and their venvs are cached OUTSIDE the checkout
+# (scripts/cpython313.sh, scripts/devbuf-cache.sh; DEVBUF_CACHE, default
+# ~/.cache/devbuf), keyed by the source version and the configure flags, so
+# a fresh clone reuses them:
+#   cpython-VERSION/ft-HASH/{tree,prefix}   the --disable-gil build and its
+#                                           `make altinstall` (also the CPython
+#                                           reference's unpatched 3.13t)
+#   cpython-VERSION/ft-HASH/venv-HASH       a venv with numpy's cp313t wheel,
+#                                           pytest, hypothesis
+#                                           (requirements-ft.txt), installed by
+#                                           the project's .venv pip through
+#                                           `pip --python`
+#   cpython-VERSION/ft-tsan-HASH/..., default-HASH/...   FT_TSAN=1, FT_BENCH=1
+# Under build-ft/ (git-ignored, in the checkout): venv-* (links to the cached
+# venvs), build-t/ (devbuf built against venv-t, -Werror), build-tsan-py/,
+# build-d/, the logs.
 #
 # The suite runs with PYTHON_GIL=0 *and* checks that importing devbuf leaves
 # the GIL off by itself (no module may re-enable it); every RuntimeWarning is
@@ -41,11 +45,6 @@ STEPS="${FT_STEPS:-build venv devbuf tests}"
 [ "${FT_BENCH:-0}" = 1 ] && STEPS="$STEPS bench"
 HOSTPY="$ROOT/.venv/bin/python"
 FT_PIP=25.0.1  # bootstraps the 3.13t venv (see make_venv)
-COMMON_FLAGS=(--without-ensurepip --with-system-expat)
-CONFIGURE_FLAGS=(--disable-gil "${COMMON_FLAGS[@]}")
-# TSan: as CPython's own CI (Tools/tsan/): no mimalloc under TSan is not
-# needed on 3.13t, but pymalloc-free builds keep reports readable.
-TSAN_FLAGS=(--with-thread-sanitizer)
 PASSED=0
 FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
@@ -54,53 +53,44 @@ finish() { echo "python-ft: $PASSED passed, $FAILED failed"; exit $((FAILED > 0)
 has_step() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 
-# shellcheck source=scripts/debian-source.sh
-. "$ROOT/scripts/debian-source.sh"
-fetch_source() { debian_source python3.13 trixie "$OUT"; }
+# The interpreters come from the cache (scripts/cpython313.sh): Debian's
+# source fetched once, each variant built once per key, shared with
+# scripts/cpython-reference.sh (its unpatched 3.13t is the 3.13t here).
+# shellcheck source=scripts/cpython313.sh
+. "$ROOT/scripts/cpython313.sh"
+CPY313_JOBS="$JOBS"
+fetch_source() { cpy313_source; }
+variant_of() { case "$1" in t) echo ft ;; tsan) echo ft-tsan ;; d) echo default ;; esac; }
+entry_of() { cpy313_dir "$(variant_of "$1")"; }
 
 # The interpreter of variant $1 (t, tsan: free-threaded; d: the default build).
-interp_of() { if [ "$1" = d ]; then echo "$OUT/prefix-d/bin/python3.13"; else echo "$OUT/prefix-$1/bin/python3.13t"; fi; }
+interp_of() { if [ "$1" = d ]; then echo "$(entry_of d)/prefix/bin/python3.13"; else echo "$(entry_of "$1")/prefix/bin/python3.13t"; fi; }
 
-# $1 = t | tsan | d: configure, make, make altinstall into prefix-$1.
+# $1 = t | tsan | d: configure, make, make altinstall (cached); OUT/prefix-$1
+# links to the prefix (scripts/build-manylinux.sh looks for the 3.13t there).
 build_interp() {
-  local v="$1" src tree prefix stamp want flags
-  src="$(ls -d "$OUT"/src/python3.13-*/ | head -1)"
-  tree="$OUT/tree-$v" prefix="$OUT/prefix-$v" stamp="$OUT/prefix-$v/.devbuf-stamp"
-  flags=("${CONFIGURE_FLAGS[@]}")
-  [ "$v" = tsan ] && flags+=("${TSAN_FLAGS[@]}")
-  [ "$v" = d ] && flags=("${COMMON_FLAGS[@]}")
-  local cc=()
-  # LDFLAGS too: configure adds -fsanitize=thread to the compile flags only ...
-  # gcc, whose TSan runtime is a shared library (libtsan.so) for programs and
-  # shared objects alike: devbuf's extension and plugins must resolve every
-  # symbol when linked, and one process must have one runtime. (clang 14
-  # links its runtime statically into programs only, and its shared runtime
-  # crashes at start here, even for an empty main.)
-  [ "$v" = tsan ] && cc=(CC=gcc CXX=g++ LDFLAGS=-fsanitize=thread)
-  want="$(printf '%s ' "${flags[@]}" "${cc[@]}" "$src" | sha256sum | cut -c1-16)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$(interp_of "$v")" ]; then
-    echo "== $v: cached ($want)"; return 0
-  fi
-  echo "== $v: configure ${flags[*]} && make -j$JOBS && make altinstall"
-  rm -rf "$tree" "$prefix"
-  cp -a "$src" "$tree"
-  # Debian's security backports make pyexpat include internal headers;
-  # build it as a core module, as cpython-reference.sh does for 3.11.
-  printf '*shared*\npyexpat pyexpat.c -DPy_BUILD_CORE_MODULE -lexpat\n' >"$tree/Modules/Setup.local"
-  (cd "$tree" && env "${cc[@]}" ./configure --prefix="$prefix" "${flags[@]}" >config.devbuf.log 2>&1) ||
-    { tail -30 "$tree/config.devbuf.log"; return 1; }
-  # ... and make gets them as well: Debian's Makefile takes LDFLAGS from the
-  # environment of make, not from configure's.
-  (cd "$tree" && env "${cc[@]}" make -j"$JOBS" >make.devbuf.log 2>&1) || { tail -40 "$tree/make.devbuf.log"; return 1; }
-  (cd "$tree" && env "${cc[@]}" make altinstall >install.devbuf.log 2>&1) || { tail -40 "$tree/install.devbuf.log"; return 1; }
-  echo "$want" >"$stamp"
+  cpy313_make "$(variant_of "$1")" install && [ -x "$(interp_of "$1")" ] || return 1
+  [ -L "$OUT/prefix-$1" ] || rm -rf "${OUT:?}/prefix-$1"
+  ln -sfn "$(entry_of "$1")/prefix" "$OUT/prefix-$1"
 }
 
 # $1 = t | tsan: a venv over prefix-$1 with requirements-ft.txt.
 make_venv() {
-  local v="$1" venv="$OUT/venv-$1" py want
+  local v="$1" venv py want
   py="$(interp_of "$v")"
-  want="$( (cat "$ROOT/requirements-ft.txt"; readlink -f "$py"; cat "$OUT/prefix-$v/.devbuf-stamp") | sha256sum | cut -c1-16)"
+  want="$( (cat "$ROOT/requirements-ft.txt"; echo "$FT_PIP") | cache_key)"
+  venv="$(entry_of "$v")/venv-$want"
+  [ -L "$OUT/venv-$v" ] || rm -rf "$OUT/venv-$v"  # a venv of the old in-checkout layout
+  ln -sfn "$venv" "$OUT/venv-$v"
+  # The pip wheel, kept in the cache too (OUT/wheels links to it: the
+  # 3.13t checks of scripts/build-manylinux.sh install pip from it).
+  mkdir -p "$DEVBUF_CACHE/pip-wheels"
+  [ -L "$OUT/wheels" ] || rm -rf "${OUT:?}/wheels"
+  ln -sfn "$DEVBUF_CACHE/pip-wheels" "$OUT/wheels"
+  cache_locked "$venv" make_venv_locked "$v" "$venv" "$py" "$want"
+}
+make_venv_locked() {
+  local v="$1" venv="$2" py="$3" want="$4"
   if [ "$(cat "$venv/.devbuf-stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
   rm -rf "$venv"
   "$py" -m venv --without-pip "$venv" || return 1
@@ -110,7 +100,6 @@ make_venv() {
   # Debian's source ships no bundled pip wheel for ensurepip, and the
   # project's pip (23.0) cannot run on 3.13: fetch a newer pip wheel with it
   # and bootstrap from that wheel; then wheels only, never a source build.
-  mkdir -p "$OUT/wheels"
   "$HOSTPY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     -d "$OUT/wheels" "pip==$FT_PIP" >"$OUT/pip-$v.log" 2>&1 || { tail -20 "$OUT/pip-$v.log"; return 1; }
   local whl
@@ -136,8 +125,9 @@ build_devbuf() {
 }
 
 T0=$(date +%s)
+# The source (cached): every step names its interpreter by its version.
+if fetch_source; then pass "python3.13 source $CPY313_VER (trixie, private apt config, cached)"; else fail "fetch python3.13 source"; finish; fi
 if has_step build; then
-  if fetch_source; then pass "fetch python3.13 source (trixie, private apt config)"; else fail "fetch python3.13 source"; finish; fi
   t=$(date +%s)
   if build_interp t; then pass "build CPython 3.13t --disable-gil ($(( $(date +%s) - t ))s)"; else fail "build CPython 3.13t"; finish; fi
 fi
@@ -201,7 +191,7 @@ if has_step tsan; then
         fail "stress suite under ThreadSanitizer (pytest rc $rc, $nrep reports in $rep.*)"
       fi
     else fail "build devbuf -fsanitize=thread"; fi
-  else fail "build CPython 3.13t with ThreadSanitizer (see $OUT/tree-tsan/*.devbuf.log)"; fi
+  else fail "build CPython 3.13t with ThreadSanitizer (see $(entry_of tsan)/tree/*.devbuf.log)"; fi
 fi
 if has_step bench; then
   t=$(date +%s)

@@ -11,10 +11,11 @@
 #
 # Per version X, everything under build-matrix/ (git-ignored, kept between
 # runs, so a second run only rebuilds what changed):
-#   build-matrix/venv-X   a venv from pyenv's newest X.*, with the pinned
-#                         wheels of requirements-matrix.txt (re-installed only
-#                         when that file changes; wheels only, never a source
-#                         build)
+#   build-matrix/venv-X   a link to a venv in the cache (DEVBUF_CACHE, default
+#                         ~/.cache/devbuf/matrix/, outside the checkout) from
+#                         pyenv's newest X.*, with the pinned wheels of
+#                         requirements-matrix.txt (a new one when either
+#                         changes; wheels only, never a source build)
 #   build-matrix/build-X  the extension, the test extensions, libdevbuf and
 #                         the plugins, built with -Werror against that venv
 # then: the README's taste (examples/taste.py) and the subset below.
@@ -63,6 +64,9 @@ find_python() {
 }
 
 mkdir -p "$MATRIX"
+# shellcheck source=scripts/devbuf-cache.sh
+. "$ROOT/scripts/devbuf-cache.sh"
+mkdir -p "$DEVBUF_CACHE/matrix"
 want=$(sha256sum "$REQ" | cut -d' ' -f1)
 declare -A result
 failed=0
@@ -73,17 +77,18 @@ for v in "${versions[@]}"; do
     say "FAIL: no pyenv CPython $v under $PYENV_ROOT/versions (pyenv install $v)"
     result[$v]="FAIL (no interpreter)"; failed=1; continue
   }
-  venv="$MATRIX/venv-$v" build="$MATRIX/build-$v"
-  # A venv made from another patch release is stale: start again.
-  if [[ -x "$venv/bin/python" && "$(readlink -f "$venv/bin/python")" != "$(readlink -f "$py")" ]]; then
-    rm -rf "$venv"
-  fi
-  if [[ ! -x "$venv/bin/python" ]]; then
-    say "creating $venv from $py"
-    quiet "$MATRIX/venv-$v.log" "$py" -m venv "$venv" || { result[$v]="FAIL (venv)"; failed=1; continue; }
-  fi
+  # The venv lives in the cache (scripts/devbuf-cache.sh), keyed by the
+  # interpreter (another patch release makes a new one) and the pins;
+  # build-matrix/venv-X links to it.
+  venv="$DEVBUF_CACHE/matrix/venv-$(basename "$(dirname "$(dirname "$py")")")-$( (readlink -f "$py"; echo "$want") | cache_key)"
+  build="$MATRIX/build-$v"
+  [[ -L "$MATRIX/venv-$v" ]] || rm -rf "${MATRIX:?}/venv-$v"  # a venv of the old in-checkout layout
+  ln -sfn "$venv" "$MATRIX/venv-$v"
+  # No stamp: never made, or cut off halfway: made again from scratch.
   if [[ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]]; then
-    say "installing the pinned wheels of requirements-matrix.txt"
+    rm -rf "$venv"
+    say "creating $venv from $py, with the pinned wheels of requirements-matrix.txt"
+    quiet "$MATRIX/venv-$v.log" "$py" -m venv "$venv" || { result[$v]="FAIL (venv)"; failed=1; continue; }
     quiet "$MATRIX/pip-$v.log" "$venv/bin/python" -m pip install -q --disable-pip-version-check \
       --only-binary=:all: -r "$REQ" || { result[$v]="FAIL (pip)"; failed=1; continue; }
     echo "$want" >"$venv/.requirements.sha256"

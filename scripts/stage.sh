@@ -1,0 +1,96 @@
+# stage.sh: sourced by scripts/test.sh. Runs each stage of the test command,
+# times it, keeps its output and prints a summary table at the end.
+#
+#   stage NAME CMD ARGS...          run CMD; a failure marks the stage FAIL and
+#                                   the run goes on
+#   stage --fatal NAME CMD ARGS...  a failure ends the run here (with the
+#                                   summary): later stages need what it built
+#   stage_skip NAME REASON          record a stage that did not run, and why
+#   stage_summary                   the table, the total, the closing lines;
+#                                   returns the run's exit status
+#
+# Each stage's output goes to the console and to $STAGE_LOGS/NN-name.log; the
+# counts column is read from that log: a script's own closing line
+# ("NAME: N passed, M failed"), else the sum of pytest's and ctest's closing
+# lines, else empty.
+
+STAGE_LOGS="${STAGE_LOGS:-$ROOT/build/test-logs}"
+STAGE_T0=$(date +%s)
+STAGE_NAMES=() STAGE_RESULTS=() STAGE_COUNTS=() STAGE_SECONDS=()
+STAGE_STATUS=0
+mkdir -p "$STAGE_LOGS"
+
+# The counts of a stage's log (see above).
+stage_counts() {
+  awk '
+    /^[A-Za-z0-9_.-]+: [0-9]+ passed, [0-9]+ failed$/ { own = $2 " passed, " $4 " failed" }
+    /tests passed, [0-9]+ tests? failed out of [0-9]+/ {
+      f = 0; for (i = 3; i <= NF; i++) if ($i == "failed" && $(i + 1) == "out") f = $(i - 2); t = $NF
+      cp += t - f; cf += f; any = 1 }
+    / in [0-9.]+s/ && /[0-9]+ (passed|failed|skipped|errors?)/ {
+      line = $0; gsub(/=/, "", line)
+      n = split(line, w, /[ ,]+/)
+      for (i = 2; i <= n; i++) {
+        if (w[i - 1] !~ /^[0-9]+$/) continue
+        if (w[i] == "passed") pp += w[i - 1]
+        else if (w[i] == "failed") pf += w[i - 1]
+        else if (w[i] == "skipped") ps += w[i - 1]
+        else if (w[i] ~ /^errors?$/) pe += w[i - 1]
+      }
+      any = 1 }
+    END {
+      if (own != "") {
+        # A script with checks of its own: those, and the tests inside them.
+        if (pp + pf + cp + cf) own = own " checks; " (pp + cp) " tests passed"
+        print own; exit }
+      if (!any) exit
+      out = (pp + cp) " passed, " (pf + cf) " failed"
+      if (pe) out = out ", " pe " errors"
+      if (ps) out = out ", " ps " skipped"
+      print out }' "$1"
+}
+
+stage() {
+  local fatal=0
+  if [ "$1" = --fatal ]; then fatal=1; shift; fi
+  local name="$1"; shift
+  local n=$(( ${#STAGE_NAMES[@]} + 1 )) t0 rc log result counts secs
+  log="$STAGE_LOGS/$(printf '%02d' "$n")-$(tr -c 'A-Za-z0-9.\n' '-' <<<"$name" | cut -c1-60).log"
+  printf '\n==== %s ====\n' "$name"
+  t0=$(date +%s)
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  secs=$(( $(date +%s) - t0 ))
+  counts="$(stage_counts "$log")"
+  if [ "$rc" = 0 ]; then result=ok; else result=FAIL; STAGE_STATUS=1; fi
+  STAGE_NAMES+=("$name") STAGE_RESULTS+=("$result") STAGE_COUNTS+=("$counts") STAGE_SECONDS+=("$secs")
+  printf '==== %s: %s%s, %d s (run total %d s) ====\n' "$name" "$result" "${counts:+ ($counts)}" \
+    "$secs" "$(( $(date +%s) - STAGE_T0 ))"
+  if [ "$rc" != 0 ] && [ "$fatal" = 1 ]; then
+    echo "(stage '$name' failed; the stages after it need what it builds: stopping here)"
+    stage_summary
+    exit 1
+  fi
+  return 0
+}
+
+stage_skip() {
+  printf '\n==== %s: skipped (%s) ====\n' "$1" "$2"
+  STAGE_NAMES+=("$1") STAGE_RESULTS+=("skipped") STAGE_COUNTS+=("$2") STAGE_SECONDS+=(0)
+}
+
+stage_summary() {
+  local i total=$(( $(date +%s) - STAGE_T0 )) np=0 nf=0 ns=0
+  printf '\n==== summary ====\n'
+  printf '%-4s %-58s %-7s %-34s %7s\n' '#' stage result counts seconds
+  for i in "${!STAGE_NAMES[@]}"; do
+    printf '%-4s %-58s %-7s %-34s %7s\n' "$((i + 1))" "${STAGE_NAMES[$i]:0:58}" "${STAGE_RESULTS[$i]}" \
+      "${STAGE_COUNTS[$i]}" "${STAGE_SECONDS[$i]}"
+    case "${STAGE_RESULTS[$i]}" in ok) np=$((np + 1)) ;; FAIL) nf=$((nf + 1)) ;; *) ns=$((ns + 1)) ;; esac
+  done
+  printf '%-4s %-58s %-7s %-34s %7s\n' '' total '' "$((total / 60)) min $((total % 60)) s" "$total"
+  echo "(stage logs: $STAGE_LOGS)"
+  echo "test stages: $np passed, $nf failed, $ns skipped"
+  if [ "$STAGE_STATUS" = 0 ]; then echo "all test suites passed"; else echo "SOME TESTS FAILED"; fi
+  return "$STAGE_STATUS"
+}
