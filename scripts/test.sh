@@ -56,6 +56,9 @@ PY
   # the GIL off, and a check that importing devbuf leaves it off.
   step "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)"
   scripts/python-ft.sh || status=1
+  # The whole suite on 3.13t again, each test run by 4 threads at once (issue 43).
+  step "pytest-run-parallel on 3.13t (GIL off, --parallel-threads=4)"
+  scripts/run-parallel.sh || status=1
 fi
 
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
