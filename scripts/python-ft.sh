@@ -10,6 +10,8 @@
 #                                   the same source and run
 #                                   benchmarks/freethreading/bench_ft.py on both
 #   FT_STEPS="build"                only some steps: build venv devbuf tests tsan bench
+#                                   default (the default build, its venv and
+#                                   devbuf, as bench; benchmarks/interop/callgrind_ft.sh)
 #   FT_JOBS=2                       make -j (default: nproc)
 #
 # Source: `apt-get source python3.13` from Debian trixie through a PRIVATE
@@ -192,6 +194,11 @@ if has_step tsan; then
       fi
     else fail "build devbuf -fsanitize=thread"; fi
   else fail "build CPython 3.13t with ThreadSanitizer (see $(entry_of tsan)/tree/*.devbuf.log)"; fi
+fi
+if has_step default; then
+  if build_interp d && make_venv d && build_devbuf "$OUT/venv-d" "$OUT/build-d"; then
+    pass "build CPython 3.13 (default, same source) and devbuf for it"
+  else fail "build CPython 3.13 (default) and devbuf for it"; fi
 fi
 if has_step bench; then
   t=$(date +%s)

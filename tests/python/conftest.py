@@ -27,6 +27,9 @@ for _p in (BUILD / "python", BUILD / "python_tests"):
 
 
 def pytest_configure(config):
+    # pytest-run-parallel's marker (scripts/run-parallel.sh), known without it too.
+    config.addinivalue_line(
+        "markers", "thread_unsafe(reason=None): run in one thread only under pytest-run-parallel")
     if not (BUILD / "python" / "devbuf").is_dir():
         raise pytest.UsageError(
             f"no devbuf package under {BUILD}/python: build with -DDEVBUF_BUILD_PYTHON=ON "

@@ -4,11 +4,13 @@ ctypes (so that every plugin slot can be driven one at a time, exactly as a C
 consumer drives it, without going through the bindings)."""
 from __future__ import annotations
 
+import copy
 import ctypes
 import importlib.util
 import itertools
 import os
 import pathlib
+import threading
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("DEVBUF_BUILD_DIR", REPO / "build")).resolve()
@@ -20,12 +22,15 @@ _spec.loader.exec_module(mmap_example)
 MmapDevice = mmap_example.MmapDevice
 
 _ids = itertools.count()
+_ids_lock = threading.Lock()  # itertools.count is not atomic on 3.13t
 
 
 def fresh_id(prefix="test.pymmap"):
     """A new identifier per registration (devbuf.Device objects are cached by
-    spelling, so tests never reuse one)."""
-    return f"{prefix}{next(_ids)}"
+    spelling, so tests never reuse one), unique across threads too."""
+    with _ids_lock:
+        n = next(_ids)
+    return f"{prefix}{n}"
 
 
 # ---- the runtime through ctypes ----------------------------------------------------
@@ -207,14 +212,33 @@ class Faulty(MmapDevice):
     """MmapDevice whose operation `op` raises `self.faults[op]` (an exception
     instance or class), or runs `self.replace[op](self, *args)`, instead of
     its own code. The closures hold the wrapped methods, so a test changes
-    behaviour through these dicts, not by patching methods."""
+    behaviour through these dicts, not by patching methods.
+
+    Both dicts are the calling thread's own (the operations run on the
+    thread that called the runtime): tests that share one Faulty across
+    threads (pytest-run-parallel) set and clear only their own faults. An
+    exception instance is raised as a fresh copy each time, never one object
+    raised on several threads at once (its traceback would be shared)."""
 
     name = "faulty"
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.faults = {}
-        self.replace = {}
+        self._local = threading.local()
+
+    def _dicts(self):
+        loc = self._local
+        if not hasattr(loc, "faults"):
+            loc.faults, loc.replace = {}, {}
+        return loc
+
+    @property
+    def faults(self):
+        return self._dicts().faults
+
+    @property
+    def replace(self):
+        return self._dicts().replace
 
 
 def _wrap(slot):
@@ -223,7 +247,7 @@ def _wrap(slot):
     def method(self, *args):
         exc = self.faults.get(slot)
         if exc is not None:
-            raise exc
+            raise copy.copy(exc) if isinstance(exc, BaseException) else exc
         fn = self.replace.get(slot)
         if fn is not None:
             return fn(self, *args)

@@ -15,6 +15,7 @@ the invariants are the same. scripts/python-ft.sh runs it on free-threaded
 ledger scenario of issue 29, and again under a ThreadSanitizer interpreter.
 """
 import gc
+import itertools
 import os
 import pickle
 import random
@@ -31,6 +32,8 @@ import devbuf
 SECONDS = float(os.environ.get("DEVBUF_STRESS_SECONDS", "0.6"))
 ROUNDS = int(os.environ.get("DEVBUF_STRESS_ROUNDS", "3"))
 MAX_STEPS = 20000  # per thread: bounded in count as well as time
+CHURN_REGISTRATIONS = 24  # per run of the Python-plugin churn scenario
+_RUN_IDS = itertools.count()  # names unique to one run of a scenario
 FREE_THREADED = bool(getattr(sys, "_is_gil_enabled", lambda: True)() is False)
 
 
@@ -40,7 +43,16 @@ def _seed():
 
 
 class Hazards:
-    """Collects what any thread, hook or unraisable report says went wrong."""
+    """Collects what any thread, hook or unraisable report says went wrong.
+
+    The hooks are process-wide, and scenarios may run at once (the suite
+    under pytest-run-parallel): the first active Hazards installs one pair of
+    hooks that reports to every active one, and the last restores what was
+    there, so no scenario restores another's hook or loses a report."""
+
+    _active = []
+    _saved = None
+    _hooks_lock = threading.Lock()
 
     def __init__(self):
         self.errors = []
@@ -50,16 +62,32 @@ class Hazards:
         with self.lock:
             self.errors.append(what)
 
+    @classmethod
+    def _report(cls, what):
+        with cls._hooks_lock:
+            active = list(cls._active)
+        for hz in active:
+            hz.add(what)
+
     def __enter__(self):
-        self._old_unraisable = sys.unraisablehook
-        self._old_except = threading.excepthook
-        sys.unraisablehook = lambda u: self.add(f"unraisable: {u.exc_type.__name__}: {u.exc_value}")
-        threading.excepthook = lambda a: self.add(f"thread {a.thread.name}: {a.exc_type.__name__}: {a.exc_value}")
+        cls = Hazards
+        with cls._hooks_lock:
+            if not cls._active:
+                cls._saved = (sys.unraisablehook, threading.excepthook)
+                sys.unraisablehook = lambda u: cls._report(
+                    f"unraisable: {u.exc_type.__name__}: {u.exc_value}")
+                threading.excepthook = lambda a: cls._report(
+                    f"thread {a.thread.name}: {a.exc_type.__name__}: {a.exc_value}")
+            cls._active.append(self)
         return self
 
     def __exit__(self, *exc):
-        sys.unraisablehook = self._old_unraisable
-        threading.excepthook = self._old_except
+        cls = Hazards
+        with cls._hooks_lock:
+            cls._active.remove(self)
+            if not cls._active:
+                sys.unraisablehook, threading.excepthook = cls._saved
+                cls._saved = None
 
 
 def hammer(name, workers, *, threads=8, seconds=SECONDS, seed=None):
@@ -143,7 +171,7 @@ def test_nine_threads_share_one_buffer(rnd):
         assert bytes(memoryview(b))[:8] == expect.tobytes()[:8]
 
     def registering(rng, n):
-        name = f"{ns}_{threading.get_ident() % 9973}"
+        name = f"{ns}_{threading.get_ident()}"  # unique to the thread, whichever run it is in
         devbuf.register_dtype_namespace(name, _acme)
         assert devbuf.parse_format(f"[{name}$u24]").itemsize == 3
         devbuf.unregister_dtype_namespace(name)
@@ -246,7 +274,7 @@ def test_from_dlpack_of_shared_devbuf_producers():
 # ---- registries: namespaces and Python plugins change while others parse and export ----
 
 def test_namespace_register_unregister_while_parsing():
-    shared = "stressshared"
+    shared = f"stressshared{next(_RUN_IDS)}"  # shared by this run's threads, no other run's
     flips = [0]
 
     def flip(rng, n):
@@ -285,6 +313,13 @@ def test_python_plugin_register_unregister_while_exporting(sim):
     lock = threading.Lock()
 
     def churn(rng, n):
+        # Plugin records are never freed (4096 per process, docs/failure-modes.md):
+        # a bounded number per run, whatever the speed, the thread count or
+        # how often the test is repeated in one process.
+        with lock:
+            if churned[0] >= CHURN_REGISTRATIONS:
+                return
+            churned[0] += 1
         ident = fresh_id("stress.pymmap")
         r = P.register_plugin(MmapDevice(identifiers=(ident,), name=ident.replace(".", "_")))
         try:
@@ -293,8 +328,6 @@ def test_python_plugin_register_unregister_while_exporting(sim):
             b.free()
         finally:
             r.unregister()
-        with lock:
-            churned[0] += 1
 
     def export(rng, n):
         with devbuf.view(buf) as v:

@@ -43,22 +43,59 @@ def _stats(name):
     return {k: s[k] for k in STATS}
 
 
+_hook_lock = threading.Lock()
+_hook_sinks = {}  # thread id -> that thread's list
+_hook_saved = []
+
+
+class _unraisable_on_this_thread:
+    """Collects the sys.unraisablehook reports made on this thread (a
+    release's report is made on the releasing thread) as `fmt(u)`; reports
+    of other threads go to the hook that was there. The hook is
+    process-wide: the first active collector installs one dispatcher and
+    the last restores the saved hook, so tests run on several threads at
+    once (pytest-run-parallel) neither swap it under each other nor see
+    each other's reports."""
+
+    def __init__(self, fmt):
+        self.fmt, self.seen = fmt, []
+
+    def __enter__(self):
+        with _hook_lock:
+            if not _hook_sinks:
+                _hook_saved.append(sys.unraisablehook)
+                sys.unraisablehook = _dispatch_unraisable
+            _hook_sinks[threading.get_ident()] = self
+        return self.seen
+
+    def __exit__(self, *exc):
+        with _hook_lock:
+            del _hook_sinks[threading.get_ident()]
+            if not _hook_sinks:
+                sys.unraisablehook = _hook_saved.pop()
+
+
+def _dispatch_unraisable(u):
+    with _hook_lock:
+        sink = _hook_sinks.get(threading.get_ident())
+        fallback = _hook_saved[-1] if _hook_saved else sys.__unraisablehook__
+    if sink is not None:
+        sink.seen.append(sink.fmt(u))
+    else:
+        fallback(u)
+
+
 def _release_twice(obj):
     """A careless consumer: releases a copy of its Py_buffer as well.
-    Returns what sys.unraisablehook saw."""
-    seen = []
-    old = sys.unraisablehook
+    Returns what sys.unraisablehook saw on this thread."""
     # Keep no reference to the object or the traceback (refcounts are checked).
-    sys.unraisablehook = lambda u: seen.append((u.exc_type, str(u.exc_value), id(u.object)))
-    try:
+    with _unraisable_on_this_thread(lambda u: (u.exc_type, str(u.exc_value), id(u.object))) as seen:
         v1 = Py_buffer()
         assert _api.PyObject_GetBuffer(obj, ctypes.byref(v1), 0) == 0
         v2 = Py_buffer.from_buffer_copy(v1)
         _api.Py_IncRef(obj)  # PyBuffer_Release drops one reference per call
         _api.PyBuffer_Release(ctypes.byref(v1))
         _api.PyBuffer_Release(ctypes.byref(v2))
-    finally:
-        sys.unraisablehook = old
     return seen
 
 
@@ -99,16 +136,13 @@ def test_release_of_a_foreign_py_buffer_is_reported():
     other = bytearray(8)
     v = Py_buffer()
     assert _api.PyObject_GetBuffer(other, ctypes.byref(v), 0) == 0
-    seen = []
-    old = sys.unraisablehook
-    sys.unraisablehook = lambda u: seen.append(str(u.exc_value))
     try:
-        fake = Py_buffer.from_buffer_copy(v)
-        fake.obj = id(b)
-        _api.Py_IncRef(b)
-        _api.PyBuffer_Release(ctypes.byref(fake))
+        with _unraisable_on_this_thread(lambda u: str(u.exc_value)) as seen:
+            fake = Py_buffer.from_buffer_copy(v)
+            fake.obj = id(b)
+            _api.Py_IncRef(b)
+            _api.PyBuffer_Release(ctypes.byref(fake))
     finally:
-        sys.unraisablehook = old
         _api.PyBuffer_Release(ctypes.byref(v))
     assert len(seen) == 1 and "not filled by this object" in seen[0]
     assert b.exports == 0

@@ -37,6 +37,16 @@ def stats():
     return _devbuf._pickle_stats()
 
 
+# Process-wide state that a test asserts exactly: under pytest-run-parallel
+# the same test's other threads change it between the reset and the check.
+STATS_UNSAFE = pytest.mark.thread_unsafe(
+    reason="asserts the process-wide pickle statistics (_devbuf._pickle_stats), "
+           "which the same test's pickles on other threads change")
+POLICY_UNSAFE = pytest.mark.thread_unsafe(
+    reason="sets the process-wide unpickle policy (set_unpickle_policy), "
+           "which the same test reads on other threads")
+
+
 def address_of(buf):
     """Address of the first byte of any (read-only or writable) buffer."""
     return np.frombuffer(memoryview(buf).cast("B"), np.uint8).ctypes.data
@@ -190,6 +200,7 @@ def test_released_view_refuses():
 
 # ---- zero copies for host memory, sharing with buffers= ---------------------------------
 
+@STATS_UNSAFE
 @pytest.mark.parametrize("readonly", [False, True])
 def test_host_memory_goes_out_as_itself(readonly):
     a = sample((64, 64))
@@ -228,6 +239,7 @@ def test_borrowed_buffer_keeps_lender_alive_and_locked():
     np.testing.assert_array_equal(np.asarray(d), a)  # the lender lives as long as d
 
 
+@STATS_UNSAFE
 def test_read_only_payload_for_writable_buffer_is_copied():
     # A transport may hand back read-only memory (bytes) for a writable buffer:
     # the rebuild copies once instead of exporting a writable view of it.
@@ -256,6 +268,7 @@ def test_unknown_metadata_version():
 
 # ---- device memory: exactly one device->host copy ------------------------------------------
 
+@STATS_UNSAFE
 def test_device_memory_copied_exactly_once(sim):
     n = 8 << 20
     a = np.random.default_rng(1).integers(0, 255, n, dtype=np.uint8)
@@ -298,6 +311,7 @@ def test_device_memory_copied_exactly_once(sim):
         sim_before["live_host_allocations"]
 
 
+@STATS_UNSAFE
 @pytest.mark.parametrize("protocol", [2, 4])
 def test_device_memory_in_band_copied_once(sim, protocol):
     a = sample((128, 128))
@@ -311,12 +325,14 @@ def test_device_memory_in_band_copied_once(sim, protocol):
     np.testing.assert_array_equal(values(pickle.loads(data)), a)
 
 
+@STATS_UNSAFE
 def test_staging_cache_off_by_default():
     if os.environ.get("DEVBUF_PICKLE_STAGING_CACHE_MB"):
         pytest.skip("DEVBUF_PICKLE_STAGING_CACHE_MB is set")
     assert _devbuf._pickle_staging_cache() == 0
 
 
+@STATS_UNSAFE
 def test_staging_cache_reuses_one_block(sim):
     n = 4 << 20
     a = np.random.default_rng(2).integers(0, 255, n, dtype=np.uint8)
@@ -400,6 +416,7 @@ def test_threads_pickle_one_buffer(device):
     assert not errors and not any(t.is_alive() for t in threads)
 
 
+@STATS_UNSAFE
 def test_device_view_out_of_band(sim):
     a = sample((16, 8), "<f4")
     v = devbuf.view(devbuf.from_host(a, device=sim))
@@ -509,6 +526,7 @@ def test_missing_identifier_host_policy(device, kind, readonly):
     assert devbuf.get_unpickle_policy() == "error"  # the block ended
 
 
+@POLICY_UNSAFE
 def test_missing_ordinal_follows_policy(sim):
     b = devbuf.from_host(sample(), device=sim)
     data = pickle.dumps(_Relabel(b, ordinal=63), protocol=5)
@@ -520,6 +538,7 @@ def test_missing_ordinal_follows_policy(sim):
     np.testing.assert_array_equal(np.asarray(c), sample())
 
 
+@POLICY_UNSAFE
 def test_policy_api():
     assert devbuf.set_unpickle_policy("host") == "error"
     assert devbuf.get_unpickle_policy() == "host"

@@ -6,27 +6,18 @@
  * one). The readers fill it; a DeviceView (or a ForeignArray, an ArrowArray)
  * owns it. */
 #include "desc/desc.h"
+#include "base/dbp_freelist.h" /* after Python.h */
 
 #include <string.h>
 
 /* A few freed descriptions kept for reuse: at ~2.8 KiB each, malloc and
- * free were a fifth of a from_dlpack(). The GIL guards the stack. Without
- * the GIL there is no freelist: a shared stack would need a lock on the hot
- * path, and mimalloc's per-thread heaps already make the allocation cheap
- * there. */
-#if defined(Py_GIL_DISABLED)
-enum { DESC_FREELIST = 0 };
-#else
-enum { DESC_FREELIST = 4 };
-#endif
-static dbp_desc *g_desc_free[DESC_FREELIST > 0 ? DESC_FREELIST : 1];
-static int g_desc_nfree;
+ * free were a fifth of a from_dlpack(). The GIL guards the stack; without
+ * the GIL the freelist is per-thread slots (dbp_freelist.h). */
+DBP_FREELIST(g_desc_free);
 
 dbp_desc *dbp_desc_new_undescribed(int kind, PyObject *source) {
-  dbp_desc *d;
-  if (DESC_FREELIST > 0 && g_desc_nfree > 0) {
-    d = g_desc_free[--g_desc_nfree];
-  } else {
+  dbp_desc *d = dbp_freelist_pop(&g_desc_free);
+  if (d == NULL) {
     d = PyMem_Malloc(sizeof *d);
     if (d == NULL) {
       PyErr_NoMemory();
@@ -85,8 +76,7 @@ void dbp_desc_free(dbp_desc *d) {
     }
   }
   Py_CLEAR(d->source);
-  if (DESC_FREELIST > 0 && g_desc_nfree < DESC_FREELIST) g_desc_free[g_desc_nfree++] = d;
-  else PyMem_Free(d);
+  if (!dbp_freelist_push(&g_desc_free, d)) PyMem_Free(d);
 }
 
 /* The layout invariant (layout.c) on a described tensor: format and item

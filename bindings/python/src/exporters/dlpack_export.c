@@ -13,6 +13,7 @@
  * a consumer renames the capsule to "used_..." and the capsule's destructor
  * calls the deleter only for a capsule that was never consumed. */
 #include "exporters/exporters.h"
+#include "base/dbp_freelist.h" /* after Python.h */
 
 #include <string.h>
 
@@ -35,20 +36,13 @@ typedef struct export_block {
   int64_t inline_dims[2 * BLOCK_NDIM];
 } export_block;
 
-/* Only touched with the GIL held (the deleter takes it first); a build
- * without the GIL keeps no freelist. */
-#if defined(Py_GIL_DISABLED)
-enum { BLOCK_FREELIST = 0 };
-#else
-enum { BLOCK_FREELIST = 4 };
-#endif
-static export_block *g_block_free[BLOCK_FREELIST > 0 ? BLOCK_FREELIST : 1];
-static int g_block_nfree;
+/* Only touched with the GIL held (the deleter takes it first), or, without
+ * the GIL, through per-thread slots (dbp_freelist.h). */
+DBP_FREELIST(g_block_free);
 
 static export_block *block_alloc(void) {
-  export_block *b;
-  if (BLOCK_FREELIST > 0 && g_block_nfree > 0) b = g_block_free[--g_block_nfree];
-  else if ((b = PyMem_RawMalloc(sizeof *b)) == NULL) return NULL;
+  export_block *b = dbp_freelist_pop(&g_block_free);
+  if (b == NULL && (b = PyMem_RawMalloc(sizeof *b)) == NULL) return NULL;
   b->dims = b->inline_dims;
   return b;
 }
@@ -57,8 +51,7 @@ static export_block *block_alloc(void) {
 static void block_free(export_block *b) {
   if (b->dims != b->inline_dims) PyMem_RawFree(b->dims);
   b->dims = NULL;
-  if (BLOCK_FREELIST > 0 && g_block_nfree < BLOCK_FREELIST) g_block_free[g_block_nfree++] = b;
-  else PyMem_RawFree(b);
+  if (!dbp_freelist_push(&g_block_free, b)) PyMem_RawFree(b);
 }
 
 /* The deleters: the consumer is done. They may run on any thread: the GIL

@@ -25,6 +25,7 @@
 #include "objects/objects.h"
 #include "readers/readers.h" /* the Arrow reader, the exchange table of a type */
 #include "route/route.h"     /* dbp_interop_import */
+#include "base/dbp_freelist.h" /* after Python.h */
 
 #include <string.h>
 
@@ -45,19 +46,13 @@ static int check_alive(DbpView *v) {
  * devbuf.from_dlpack(). A kept view is untracked and holds nothing (dealloc
  * released it all); reuse re-initialises its object header only, as
  * CPython's own freelists of GC objects do, and every field below is set
- * as for a fresh one. Without the GIL there is no freelist. */
-#ifdef Py_GIL_DISABLED
-enum { VIEW_FREELIST = 0 };
-#else
-enum { VIEW_FREELIST = 4 };
-#endif
-static DbpView *g_view_free[VIEW_FREELIST > 0 ? VIEW_FREELIST : 1];
-static int g_view_nfree;
+ * as for a fresh one. Without the GIL the freelist is per-thread slots
+ * (dbp_freelist.h), taken and given back with one atomic each. */
+DBP_FREELIST(g_view_free);
 
 static DbpView *view_alloc(void) {
-  DbpView *v;
-  if (VIEW_FREELIST > 0 && g_view_nfree > 0) {
-    v = g_view_free[--g_view_nfree];
+  DbpView *v = dbp_freelist_pop(&g_view_free);
+  if (v != NULL) {
     PyObject_Init((PyObject *)v, &DbpView_Type);
   } else {
     v = PyObject_GC_New(DbpView, &DbpView_Type);
@@ -682,10 +677,7 @@ static void view_dealloc(DbpView *v) {
   Py_CLEAR(v->device_obj);
   Py_CLEAR(v->dtype_obj);
   dbp_ledger_free(&v->ledger);
-  if (VIEW_FREELIST > 0 && Py_TYPE(v) == &DbpView_Type && g_view_nfree < VIEW_FREELIST)
-    g_view_free[g_view_nfree++] = v;
-  else
-    PyObject_GC_Del(v);
+  if (Py_TYPE(v) != &DbpView_Type || !dbp_freelist_push(&g_view_free, v)) PyObject_GC_Del(v);
 }
 
 static PyObject *view_repr_locked(DbpView *v) {
