@@ -218,7 +218,7 @@ dbp_desc *dbp_interface_import(PyObject *obj, PyObject *d, int cuda) {
                  Py_TYPE(ptr_obj)->tp_name);
     return NULL;
   }
-  if (_PyLong_Sign(ptr_obj) < 0) {
+  if (dbp_compat_LongSign(ptr_obj) < 0) {
     PyErr_Format(PyExc_BufferError, "%s 'data' pointer %R is negative", what, ptr_obj);
     return NULL;
   }
