@@ -56,6 +56,11 @@ PY
   # the GIL off, and a check that importing devbuf leaves it off.
   step "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)"
   scripts/python-ft.sh || status=1
+
+  # Debian sid's CPython 3.14, 3.15 and 3.14-dbg (issue 43): whole suite,
+  # taste, devbuf-info, leak hunt; root and venvs cached (scripts/python-sid.sh).
+  step "CPython 3.14, 3.15, 3.14-dbg (Debian sid root)"
+  scripts/python-sid.sh || status=1
 fi
 
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
