@@ -7,6 +7,8 @@
 #   SID_STEPS="build taste"               only some steps: build taste info
 #                                         suite leaks (default: all of them;
 #                                         `leaks` runs on 3.14d only)
+#   SID_TESTS="tests/python/test_view.py" only these tests (default: the
+#                                         whole of tests/python)
 #
 # The root is made once and cached OUTSIDE the clone, under
 # ${DEVBUF_CACHE:-~/.cache/devbuf}/sid-root-KEY, KEY a hash of the mirror and
@@ -158,7 +160,9 @@ for t in "${TAGS[@]}"; do
   fi
   if has_step suite; then
     # The whole suite; -rfEs lists every failure, error and skip with its reason.
-    if in_root "$SIDROOT" "${envs[@]}" "$py" -m pytest -q -rfEs -p no:cacheprovider /src/tests/python \
+    tests=()
+    for x in ${SID_TESTS:-tests/python}; do tests+=("/src/$x"); done
+    if in_root "$SIDROOT" "${envs[@]}" "$py" -m pytest -q -rfEs -p no:cacheprovider "${tests[@]}" \
          >"$OUT/pytest-$t.log" 2>&1; then
       pass "$t: tests/python: $(tail -n 1 "$OUT/pytest-$t.log" | tr -d =)"
     else
