@@ -114,7 +114,8 @@ make_venv() {
   hash="$(cat "$REQ" "$ROOT/requirements-sid-source.txt" | sha256sum | cut -c1-12)"
   venv="/opt/venv-$t-$hash"
   VENV="$venv"
-  [[ -x "$SIDROOT$venv/bin/python" && -f "$SIDROOT$venv/.complete" ]] && return 0
+  # (bin/python links to /usr/bin/python3.X of the root, not of this machine)
+  [[ -f "$SIDROOT$venv/.complete" ]] && return 0
   rm -rf "$SIDROOT$venv"
   say "$t: venv $venv (requirements-sid.txt)"
   quiet "$OUT/venv-$t.log" in_root "$SIDROOT" /bin/sh -c "
