@@ -9,7 +9,6 @@ import sys
 import weakref
 
 import numpy as np
-
 import pytest
 
 import devbuf
