@@ -70,7 +70,7 @@ def main():
         with open(base, "w") as f:
             f.write("".join(f"def test_{i}():\n    pass\n" for i in range(20)))
         floor = max(deltas(base, a.warmups, a.repeats))
-    print(f"baseline (pytest alone, 20 empty tests): {floor:+d} per repeat at most")
+    print(f"baseline (pytest alone, 20 empty tests): {floor:+d} per repeat at most", flush=True)
     leaking, total = 0, 0
     for m in mods:
         d = deltas(os.path.join(TESTS, m), a.warmups, a.repeats)
@@ -79,7 +79,7 @@ def main():
         if leak:
             leaking += 1
             total += min(excess)
-        print(f"{'LEAK' if leak else 'ok  '} {m}: {' '.join(f'{x:+d}' for x in d)}")
+        print(f"{'LEAK' if leak else 'ok  '} {m}: {' '.join(f'{x:+d}' for x in d)}", flush=True)
     print(f"refleak: {len(mods)} modules, {leaking} leaking (total +{total} references per repeat)")
     return 1 if leaking else 0
 
