@@ -25,10 +25,13 @@ class Py_buffer(ctypes.Structure):
                 ("internal", ctypes.c_void_p)]
 
 
-_get = ctypes.pythonapi.PyObject_GetBuffer
+# A private handle: ctypes.pythonapi's function objects are shared with
+# other test modules, which set their own argtypes on them.
+_api = ctypes.PyDLL(None)
+_get = _api.PyObject_GetBuffer
 _get.argtypes = [ctypes.py_object, ctypes.POINTER(Py_buffer), ctypes.c_int]
 _get.restype = ctypes.c_int
-_release = ctypes.pythonapi.PyBuffer_Release
+_release = _api.PyBuffer_Release
 _release.argtypes = [ctypes.POINTER(Py_buffer)]
 _release.restype = None
 PyBUF_FULL_RO, PyBUF_RECORDS_RO, PyBUF_ND = 0x11C, 0x1C, 0x8
