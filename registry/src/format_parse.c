@@ -865,7 +865,8 @@ static int parse_type(fp *p, char bo, devbuf_format_field *f, uint64_t *esize, u
         case 'g':
           if (!nat)
             return fail(p, at, DEVBUF_EFORMAT,
-                        "'Zg' has no standard size: use it with '@' or '^' only");
+                        "'Zg' (long double complex) has no standard size: use it with "
+                        "'@' or '^' only");
           base = sizeof(long double), al = _Alignof(long double);
           break;
         default:
@@ -933,6 +934,12 @@ static int parse_type(fp *p, char bo, devbuf_format_field *f, uint64_t *esize, u
     return fail(p, at, DEVBUF_EFORMAT, "'%c' is not supported in NumPy mode", c);
   if (mode == DEVBUF_FORMAT_NUMPY && (is_ws(c) || is_bo(c)))
     return fail(p, at, DEVBUF_EFORMAT, "%s is not allowed here in NumPy mode", show(p, at, b));
+  if (c == 'G') /* CPython 3.14's ctypes writes c_longdouble_complex as '<G' */
+    return fail(p, at, DEVBUF_EFORMAT,
+                "'G' (long double complex, as CPython 3.14's ctypes writes it) is not "
+                "supported: its layout is the platform's (no standard size); write it 'Zg' "
+                "with native sizes ('@Zg', %u bytes here)",
+                (unsigned)(2 * sizeof(long double)));
   return fail(p, at, DEVBUF_EFORMAT, "unknown type code %s", show(p, at, b));
 }
 

@@ -5,6 +5,7 @@ and devbuf.view() take any Arrow producer of a primitive, null-free array."""
 import ctypes
 import gc
 import struct
+import sys
 import weakref
 
 import numpy as np
@@ -119,6 +120,12 @@ def test_primitive_round_trip_pyarrow(np_dtype, fmt, arrow_fmt, pa_type):
 
 @pytest.mark.parametrize("np_dtype,fmt,arrow_fmt,pa_type", PRIMITIVES)
 def test_primitive_round_trip_nanoarrow(np_dtype, fmt, arrow_fmt, pa_type):
+    if np_dtype == "float16" and hasattr(sys, "gettotalrefcount"):
+        # na.c_array(list of floats, float16 schema) calls PyBuffer_ToContiguous
+        # with an order that is not 'C', 'F' or 'A' (nanoarrow 0.9.0's own
+        # builder, no devbuf object involved): a debug CPython aborts there.
+        pytest.skip("nanoarrow 0.9.0's float16 builder aborts a debug CPython "
+                    "(PyBuffer_ToContiguous: invalid order)")
     vals = values_for(np_dtype)
     buf = devbuf.from_host(vals)
     arr = na.Array(buf)

@@ -20,8 +20,12 @@ def test_requires_python_is_the_tested_matrix():
     tested = d.group(1).split()
     assert tested[0] == f"3.{m.group(1)}"
     assert tested == [f"3.{n}" for n in range(int(m.group(1)), int(m.group(1)) + len(tested))]
+    # 3.14 and 3.15: Debian sid's interpreters, whole suite (scripts/python-sid.sh).
+    sid = re.search(r"TAGS=\(([0-9.d ]+)\)", (REPO / "scripts" / "python-sid.sh").read_text())
+    assert sid, "scripts/python-sid.sh has no default TAGS=(...)"
+    sid_versions = [t for t in sid.group(1).split() if not t.endswith("d")]
     classifiers = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', text)
-    assert classifiers == tested
+    assert classifiers == tested + sid_versions
     assert "no upper bound" in (REPO / "docs" / "install.md").read_text()
 
 

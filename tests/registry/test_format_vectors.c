@@ -84,7 +84,7 @@ static const vec VECS[] = {
     OK("<Zd", D, 16, 1, "0", "<Zd"),
     ER("<n", D, EF, 1, "format: byte 1: 'n' has no standard size: use it with '@' or '^' only"),
     ER("=g", D, EF, 1, "format: byte 1: 'g' has no standard size: use it with '@' or '^' only"),
-    ER(">Zg", D, EF, 1, "format: byte 1: 'Zg' has no standard size: use it with '@' or '^' only"),
+    ER(">Zg", D, EF, 1, "format: byte 1: 'Zg' (long double complex) has no standard size: use it with '@' or '^' only"),
     OK("<ih", D, 6, 1, "0,4", "<ih"),
     OK("<i@h", D, 6, 2, "0,4", "<i@h"),
     OK("@i<h>q", D, 16, 4, "0,4,6", "i<h>q"),

@@ -2,6 +2,7 @@
 # Checked against the built module by stubtest (tests/python/test_typing.py):
 # a name added to or removed from the extension fails that test until this
 # file follows. docs/python-api.md describes the behaviour.
+import sys
 from types import TracebackType
 from typing import (Any, Callable, ClassVar, Dict, Final, List, Optional, Sequence, Tuple, TypeVar,
                     Union, final, overload)
@@ -71,6 +72,8 @@ class Sync(Tuple[str, Optional[int], Optional[int]]):
     n_unnamed_fields: ClassVar[int]
     __match_args__: ClassVar[Tuple[str, str, str]]
     def __new__(cls, sequence: Sequence[Any], dict: Dict[str, Any] = ...) -> Self: ...
+    if sys.version_info >= (3, 13):  # structseq gained copy.replace support
+        def __replace__(self, **changes: Any) -> Self: ...
     @property
     def identifier(self) -> str: ...
     @property
@@ -86,6 +89,8 @@ class ImportInfo(Tuple[str, Tuple[int, int], Optional[Tuple[int, int, int]],
     n_unnamed_fields: ClassVar[int]
     __match_args__: ClassVar[Tuple[str, str, str, str, str]]
     def __new__(cls, sequence: Sequence[Any], dict: Dict[str, Any] = ...) -> Self: ...
+    if sys.version_info >= (3, 13):  # structseq gained copy.replace support
+        def __replace__(self, **changes: Any) -> Self: ...
     @property
     def kind(self) -> str: ...
     @property

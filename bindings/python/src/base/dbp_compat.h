@@ -95,4 +95,19 @@ static inline int dbp_compat_DictPop(PyObject *d, PyObject *key, PyObject **out)
 }
 #endif
 
+/* The sign of an int (-1, 0, 1). 3.14 deprecated _PyLong_Sign and added
+ * PyLong_GetSign, which fails only for a non-int: callers pass ints. */
+static inline int dbp_compat_LongSign(PyObject *v) {
+#if PY_VERSION_HEX >= 0x030E0000
+  int sign = 0;
+  if (PyLong_GetSign(v, &sign) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return sign;
+#else
+  return _PyLong_Sign(v);
+#endif
+}
+
 #endif /* DBP_COMPAT_H */

@@ -327,6 +327,10 @@ int dbp_desc_export(dbp_desc *f, Py_buffer *view, int flags) {
     view->ndim = 1;
     view->shape = NULL;
   }
+  /* A 0-d array has no shape and no strides: CPython's contiguity checks
+   * assert ndim > 0 whenever strides is non-NULL (a DLPack tensor of ndim 0
+   * may still carry non-NULL pointers). */
+  if (view->ndim == 0) view->shape = view->strides = NULL;
   if (device_export) DevbufPy_BufferSetDevice(view, flags, f->identifier, &f->info);
   return 0;
 }

@@ -503,6 +503,7 @@ static inline int export_fill(DbpBuffer *self, Py_buffer *view, int flags, int d
     view->shape = NULL;
   }
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+  if (view->ndim == 0) view->shape = view->strides = NULL; /* 0-d: none */
   view->suboffsets = NULL;
   if (device_export) {
     /* DevbufPy_BufferSetDevice, knowing that flags has PyBUF_DEVICE. */

@@ -193,6 +193,9 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     Py_DECREF(v);
     return NULL;
   }
+  /* A 0-d producer may hand non-NULL shape/strides; held as none (the
+   * rule for ndim 0 on every route). */
+  if (v->buf.view.ndim == 0) v->buf.view.shape = v->buf.view.strides = NULL;
   /* A writable request answered read-only (a read-only pyarrow Tensor
    * does): whatever getbuffer returned, the producer said no. */
   if ((flags & PyBUF_WRITABLE) && v->buf.view.readonly) {
@@ -383,6 +386,7 @@ static int view_getbuffer_locked(DbpView *self, Py_buffer *out, int flags) {
     out->shape = NULL;
   }
   if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES) out->strides = NULL;
+  if (out->ndim == 0) out->shape = out->strides = NULL; /* 0-d: none, whatever the producer gave */
   if (device_export) DevbufPy_BufferSetDevice(out, flags, self->buf.device, self->buf.device_info);
   self->exports++;
   return 0;

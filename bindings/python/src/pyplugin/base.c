@@ -25,7 +25,7 @@ int pp_as_handle(PyObject *o, void **out, const char *what) {
     return -1;
   }
   unsigned long long v = 0;
-  int bad = _PyLong_Sign(idx) < 0;
+  int bad = dbp_compat_LongSign(idx) < 0;
   if (!bad) {
     v = PyLong_AsUnsignedLongLong(idx);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {

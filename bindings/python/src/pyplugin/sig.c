@@ -213,7 +213,7 @@ static int from_py(PyObject *o, char l, pp_value *v, const char *what) {
   long long sv = 0;
   unsigned long long uv = 0;
   if (is_unsigned) {
-    if (_PyLong_Sign(idx) < 0) {
+    if (dbp_compat_LongSign(idx) < 0) {
       overflow = 1;
     } else {
       uv = PyLong_AsUnsignedLongLong(idx);

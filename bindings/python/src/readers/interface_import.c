@@ -264,7 +264,7 @@ static dbp_desc *dbp_interface_read(PyObject *obj, PyObject *d, int cuda, const 
     PyErr_Format(PyExc_BufferError, "%s 'data' pointer must be an int, not %.100s", what,
                  Py_TYPE(ptr_obj)->tp_name);
     return NULL;
-  } else if (_PyLong_Sign(ptr_obj) < 0) {
+  } else if (dbp_compat_LongSign(ptr_obj) < 0) {
     PyErr_Format(PyExc_BufferError, "%s 'data' pointer %R is negative", what, ptr_obj);
     return NULL;
   } else {

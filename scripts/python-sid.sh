@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# python-sid.sh: devbuf on CPython 3.14, 3.15 and the debug build 3.14-dbg,
+# Debian sid's own binary packages, in a Debian sid root made with debootstrap.
+#
+#   scripts/python-sid.sh                 every interpreter: build, taste, suite
+#   scripts/python-sid.sh 3.15            some of them (3.14 3.15 3.14d)
+#   SID_STEPS="build taste"               only some steps: build taste info
+#                                         suite leaks (default: all of them;
+#                                         `leaks` runs on 3.14d only)
+#   SID_TESTS="tests/python/test_view.py" only these tests (default: the
+#                                         whole of tests/python)
+#
+# The root is made once and cached OUTSIDE the clone, under
+# ${DEVBUF_CACHE:-~/.cache/devbuf}/sid-root-KEY, KEY a hash of the mirror and
+# the package list below: `debootstrap --variant=minbase sid` from the mirror
+# this machine's apt uses, then the interpreters and the build tools. It is
+# built in KEY.tmp.PID and renamed when complete, so a half-made root is never
+# reused. sid's Release file can be past its Valid-Until date, hence
+# Acquire::Check-Valid-Until=false.
+#
+# Per interpreter T (3.14, 3.15, 3.14d), inside the root (chroot, in a private
+# mount namespace, so that no mount outlives the script):
+#   /src              this checkout, bind-mounted (read by the build)
+#   /build/T          devbuf built with -Werror (the clone's build-sid/T)
+#   /opt/venv-T-HASH  a venv with requirements-sid.txt (HASH: that file's
+#                     hash; a new pin makes a new venv, in the cached root)
+# then examples/taste.py, devbuf-info, and the WHOLE Python suite
+# (tests/python). On 3.14d, the debug interpreter, the suite runs with
+# CPython's assertions on, and scripts/refleak.py repeats each test module in
+# one process and compares sys.gettotalrefcount() between the repeats.
+#
+# Needs root (debootstrap, chroot, mount namespaces) and the package indexes
+# (Debian's archive, PyPI). Last line, always: "python-sid: N passed, M failed".
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${DEVBUF_CACHE:-$HOME/.cache/devbuf}"
+JOBS="${DEVBUF_JOBS:-2}"
+STEPS="${SID_STEPS:-build taste info suite leaks}"
+TAGS=("$@")
+(( ${#TAGS[@]} )) || TAGS=(3.14 3.15 3.14d)
+REQ="$ROOT/requirements-sid.txt"
+# The mirror this machine's apt uses (deb822 URIs: or a one-line deb entry).
+MIRROR="${SID_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+  grep -oE 'https?://[^ ]*/debian/?( |$)' | grep -v security | head -n 1 | tr -d ' ')}"
+MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+PACKAGES=(python3.14 python3.14-dev python3.14-venv python3.14-dbg
+          python3.15 python3.15-dev python3.15-venv python3.15-dbg
+          gcc g++ make cmake pkg-config libffi-dev ca-certificates git)
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL: $*"; }
+finish() { echo "python-sid: $PASSED passed, $FAILED failed"; exit $((FAILED > 0)); }
+has_step() { [[ " $STEPS " == *" $1 "* ]]; }
+say() { printf '[sid] %s\n' "$*"; }
+# Run quietly into a log; on failure show its tail.
+quiet() {
+  local log="$1"; shift
+  if ! "$@" >"$log" 2>&1; then tail -n 40 "$log" >&2; return 1; fi
+}
+
+KEY="$(printf '%s\n' "$MIRROR" "${PACKAGES[@]}" | sha256sum | cut -c1-16)"
+SIDROOT="$CACHE/sid-root-$KEY"
+OUT="$ROOT/build-sid"
+mkdir -p "$CACHE" "$OUT"
+
+# Run a command in the root, in a private mount namespace: /proc, /dev, the
+# checkout at /src and build-sid/ at /build are mounted for it alone.
+in_root() {
+  local r="$1"; shift
+  mkdir -p "$r/src" "$r/build"
+  unshare --mount --propagation private -- /bin/bash -c '
+    set -e
+    r="$1" src="$2" out="$3"; shift 3
+    mount -t proc proc "$r/proc"
+    mount --rbind /dev "$r/dev"
+    mount --bind "$src" "$r/src"
+    mount --bind "$out" "$r/build"
+    cp -L /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
+    # The CAs this machine adds (an intercepting proxy) are trusted in the root too:
+    # pip verifies PyPI against the system store.
+    if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null && [ -d "$r/etc/ssl/certs" ]; then
+      cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
+    fi
+    exec chroot "$r" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
+      PYTHONDONTWRITEBYTECODE=1 "$@"
+  ' in_root "$r" "$ROOT" "$OUT" "$@"
+}
+
+make_root() {
+  [[ -x "$SIDROOT/usr/bin/python3.15" ]] && return 0
+  local tmp="$SIDROOT.tmp.$$"
+  rm -rf "$tmp"
+  trap 'rm -rf "$tmp"' EXIT
+  say "making the sid root in $SIDROOT (debootstrap from $MIRROR, then ${#PACKAGES[@]} packages)"
+  quiet "$OUT/debootstrap.log" debootstrap --variant=minbase sid "$tmp" "$MIRROR" || return 1
+  quiet "$OUT/apt.log" in_root "$tmp" /bin/sh -c "
+    apt-get -q -o Acquire::Check-Valid-Until=false update &&
+    DEBIAN_FRONTEND=noninteractive apt-get -q -y --no-install-recommends install ${PACKAGES[*]} &&
+    apt-get clean" || return 1
+  mv "$tmp" "$SIDROOT"
+  trap - EXIT
+}
+
+interp() { case "$1" in 3.14d) echo /usr/bin/python3.14-dbg ;; *) echo "/usr/bin/python$1" ;; esac; }
+
+# The venv of T, made once per requirements-sid.txt: wheels only, except
+# the packages of requirements-sid-source.txt, built from their sdists where
+# no wheel exists for that interpreter.
+make_venv() {
+  local t="$1" py hash venv
+  py="$(interp "$t")"
+  hash="$(cat "$REQ" "$ROOT/requirements-sid-source.txt" | sha256sum | cut -c1-12)"
+  venv="/opt/venv-$t-$hash"
+  VENV="$venv"
+  # (bin/python links to /usr/bin/python3.X of the root, not of this machine)
+  [[ -f "$SIDROOT$venv/.complete" ]] && return 0
+  rm -rf "$SIDROOT$venv"
+  say "$t: venv $venv (requirements-sid.txt)"
+  quiet "$OUT/venv-$t.log" in_root "$SIDROOT" /bin/sh -c "
+    $py -m venv $venv &&
+    $venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: -r /src/requirements-sid.txt &&
+    $venv/bin/python -m pip install -q --disable-pip-version-check -r /src/requirements-sid-source.txt &&
+    touch $venv/.complete" || return 1
+}
+
+make_root || { fail "the sid root (see $OUT/debootstrap.log, $OUT/apt.log)"; finish; }
+say "root: $SIDROOT ($(in_root "$SIDROOT" /bin/sh -c 'python3.14 --version; python3.15 --version' | tr '\n' ' '))"
+
+for t in "${TAGS[@]}"; do
+  t0=$(date +%s)
+  make_venv "$t" || { fail "$t: venv (see $OUT/venv-$t.log)"; continue; }
+  py="$VENV/bin/python"
+  envs=(env DEVBUF_BUILD_DIR="/build/$t" PYTHONPATH="/build/$t/python")
+  if has_step build; then
+    # -Werror: a deprecation in a new CPython's headers fails the build.
+    if quiet "$OUT/build-$t.log" in_root "$SIDROOT" /bin/sh -c "
+         cmake -S /src -B /build/$t -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_WERROR=ON \
+           -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$py &&
+         cmake --build /build/$t -j$JOBS"; then
+      pass "$t: build (-Werror)"
+    else
+      fail "$t: build (see $OUT/build-$t.log)"; continue
+    fi
+  fi
+  if has_step taste; then
+    if quiet "$OUT/taste-$t.log" in_root "$SIDROOT" "${envs[@]}" "$py" -X dev -W error /src/examples/taste.py; then
+      pass "$t: examples/taste.py (-X dev -W error): $(tail -n 1 "$OUT/taste-$t.log")"
+    else
+      fail "$t: examples/taste.py"
+    fi
+  fi
+  if has_step info; then
+    # The tool of this build tree, as a user of it runs it.
+    if quiet "$OUT/info-$t.log" in_root "$SIDROOT" "/build/$t/bin/devbuf-info"; then
+      pass "$t: devbuf-info ($(grep -c . "$OUT/info-$t.log") lines)"
+    else
+      fail "$t: devbuf-info"
+    fi
+  fi
+  if has_step suite; then
+    # The whole suite; -rfEs lists every failure, error and skip with its reason.
+    tests=()
+    for x in ${SID_TESTS:-tests/python}; do tests+=("/src/$x"); done
+    if in_root "$SIDROOT" "${envs[@]}" "$py" -m pytest -q -rfEs -p no:cacheprovider "${tests[@]}" \
+         >"$OUT/pytest-$t.log" 2>&1; then
+      pass "$t: tests/python: $(tail -n 1 "$OUT/pytest-$t.log" | tr -d =)"
+    else
+      tail -n 60 "$OUT/pytest-$t.log"
+      fail "$t: tests/python: $(tail -n 1 "$OUT/pytest-$t.log" | tr -d =)"
+    fi
+    grep '^SKIPPED' "$OUT/pytest-$t.log" | sed 's/^/    /'
+  fi
+  if has_step leaks && [[ "$t" == 3.14d ]]; then
+    if in_root "$SIDROOT" "${envs[@]}" "$py" /src/scripts/refleak.py >"$OUT/refleak-$t.log" 2>&1; then
+      pass "$t: reference leaks: $(tail -n 1 "$OUT/refleak-$t.log")"
+    else
+      tail -n 40 "$OUT/refleak-$t.log"
+      fail "$t: reference leaks: $(tail -n 1 "$OUT/refleak-$t.log")"
+    fi
+  fi
+  say "$t: $(( $(date +%s) - t0 ))s"
+done
+finish
