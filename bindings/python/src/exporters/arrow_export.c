@@ -14,7 +14,6 @@
  * Import (the reader, devbuf.from_arrow() and devbuf.ArrowArray) is
  * arrow_import.c. */
 #include "exporters/exporters.h"
-#include "readers/readers.h" /* dbp_arrow_import_init */
 
 #include <stdlib.h>
 #include <string.h>

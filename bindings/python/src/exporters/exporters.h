@@ -32,7 +32,7 @@ int dbp_export_init(PyObject *module);
 
 /* ---- arrow_export.c ------------------------------------------------------- */
 /* Types, module functions, and the dunders on DeviceBuffer/DeviceView
- * (devbuf.ArrowArray and devbuf.from_arrow first: readers/arrow_import.c). */
+ * (devbuf.ArrowArray and devbuf.from_arrow first: objects/arrow_array.c). */
 int dbp_arrow_init(PyObject *module);
 
 /* ---- pickle.c ------------------------------------------------------------------- */

@@ -6,6 +6,8 @@
  *   view.c         devbuf.DeviceView: the buffer-protocol reader, and the
  *                  owner of every other route's description
  *   foreign.c      devbuf.ForeignArray: a description behind a public type
+ *   arrow_array.c  devbuf.ArrowArray, devbuf.from_arrow(): the Arrow
+ *                  reader's description behind a public read-only exporter
  *   from_dlpack.c  devbuf.from_dlpack(): the DLPack reader's description in
  *                  a DeviceView, or copied
  *
@@ -140,6 +142,10 @@ DbpForeign *dbp_foreign_wrap(dbp_desc *d);
  * success; on failure the caller still owns it). `producer` may be NULL. */
 DbpForeign *dbp_foreign_from_versioned(DLManagedTensorVersioned *m, PyObject *producer);
 int dbp_foreign_init(PyObject *module);
+
+/* ---- arrow_array.c --------------------------------------------------------- */
+/* devbuf.ArrowArray and devbuf.from_arrow (the Arrow reader's init first). */
+int dbp_arrow_import_init(PyObject *module);
 
 /* ---- from_dlpack.c --------------------------------------------------------- */
 PyObject *dbp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,

@@ -29,7 +29,7 @@ static int method_call_is_direct(PyTypeObject *type, PyObject *descr);
  * method call obj.__dlpack__(...) calls exactly it (method_call_is_direct).
  * NULL with an exception when the table attribute is malformed. */
 const devbuf_dlpack_exchange_api *dbp_dlpack_type_of(PyTypeObject *type, PyObject **dlpack,
-                                                        int *direct) {
+                                                     int *direct) {
   /* Direct-mapped cache keyed by (type, version tag), as the flag cache of
    * devbuf_buffer.h: a type attribute change gives a new tag. Per thread
    * where the GIL can be off, as that cache, so no entry is torn. The
@@ -379,8 +379,8 @@ static void cpu_type_note(PyTypeObject *type, PyInterpreterState *interp, int cp
 }
 
 dbp_desc *dbp_dlpack_import_call(PyObject *obj, PyObject *fn, int unbound,
-                                      PyObject *dl_device, PyObject *copy, int *dropped,
-                                      int legacy_writable) {
+                                 PyObject *dl_device, PyObject *copy, int *dropped,
+                                 int legacy_writable) {
   DLDevice pd;
   int has = 0;
   PyTypeObject *type = Py_TYPE(obj);

@@ -4,9 +4,7 @@
  *   dlpack_import.c     DLPack: a type's C exchange table, __dlpack__ (with
  *                       the stream hand-off and the cached device query)
  *   interface_import.c  the CUDA Array Interface and the array interface
- *   arrow_import.c      the Arrow PyCapsule (device) interface; also
- *                       devbuf.ArrowArray and devbuf.from_arrow, the Arrow
- *                       description behind a public read-only exporter
+ *   arrow_import.c      the Arrow PyCapsule (device) interface
  *
  * A reader validates what its producer handed over and fills a dbp_desc
  * (desc/desc.h), setting the owner and how to release it. Readers call
@@ -55,10 +53,18 @@ dbp_desc *dbp_arrow_import(PyObject *obj, int need);
 /* The export of an Arrow description (an immutable, 1-d, contiguous array),
  * with devbuf.ArrowArray's checks and messages. As dbp_desc_export. */
 int dbp_arrow_desc_export(dbp_desc *d, Py_buffer *view, int flags);
+/* The description's owner: the moved array, and what the reader made of
+ * its schema. */
+typedef struct dbp_arrow_owner {
+  DbpArrowDeviceArray arr; /* moved in (release non-NULL until released) */
+  char *format;            /* PyMem: the devbuf format of one item, any length */
+  char *arrow_format;      /* PyMem: the Arrow format as received */
+} dbp_arrow_owner;
+
 /* Release the moved Arrow array (its callback, once) and what the reader
  * kept beside it. */
 void dbp_arrow_owner_free(void *owner);
-/* devbuf.ArrowArray and devbuf.from_arrow. */
-int dbp_arrow_import_init(PyObject *module);
+/* Interned names; from the module's first exec. 0 or -1. */
+int dbp_arrow_reader_init(void);
 
 #endif /* DBP_READERS_H */
