@@ -180,9 +180,14 @@ def test_read_only_and_freed_refuse_copy_from():
 
 # ---- identifiers: did you mean -----------------------------------------------------------
 
+def _registered_identifiers():
+    return {i for p in devbuf.plugins() for i in p.identifiers}
+
 @pytest.mark.parametrize("typed, meant", [("sim", "devbuf.sim"), ("cuda", "devbuf.cuda"),
                                           ("sim:0", "devbuf.sim:0"), ("devbuf.smi", "devbuf.sim")])
 def test_identifier_typos_suggest(typed, meant):
+    if meant.split(":")[0] not in _registered_identifiers():
+        pytest.skip(f"{meant} is not registered here (its plugin was not built)")
     with pytest.raises(devbuf.PluginError) as e:
         devbuf.device(typed)
     assert f"did you mean '{meant}'" in str(e.value) or f"'{meant}'" in str(e.value).split(
@@ -321,7 +326,8 @@ def test_numpy_recipes():
     b = devbuf.from_host(np.arange(6, dtype=np.float32), SIM)
     assert np.asarray(b.to_host()).tolist() == list(range(6))
     assert np.from_dlpack(b, device="cpu").tolist() == list(range(6))
-    with pytest.raises(RuntimeError, match="Unsupported device"):  # as python-api.md says
+    # as python-api.md says: RuntimeError up to NumPy 2.4, BufferError from 2.5
+    with pytest.raises((RuntimeError, BufferError), match="Unsupported device"):
         np.from_dlpack(b)
     out = np.empty(6, np.float32)
     assert b.to_host(out=out) is out and out.tolist() == list(range(6))
