@@ -163,7 +163,7 @@ for t in "${TAGS[@]}"; do
     # The whole suite; -rfEs lists every failure, error and skip with its reason.
     tests=()
     for x in ${SID_TESTS:-tests/python}; do tests+=("/src/$x"); done
-    if in_root "$SIDROOT" "${envs[@]}" "$py" -m pytest -q -rfEs -p no:cacheprovider "${tests[@]}" \
+    if in_root "$SIDROOT" "${envs[@]}" "$py" -m pytest -v -rfEs -p no:cacheprovider "${tests[@]}" \
          >"$OUT/pytest-$t.log" 2>&1; then
       pass "$t: tests/python: $(tail -n 1 "$OUT/pytest-$t.log" | tr -d =)"
     else

@@ -8,6 +8,7 @@ Broken buffer exporters come from the test extension devbuf_broken
 subclasses that spoil NumPy's own capsules; broken consumers are a small
 ctypes DLPack consumer with one mistake switched on at a time.
 """
+import sys
 import ctypes
 import pickle
 import weakref
@@ -473,6 +474,11 @@ def test_the_kit_catches_the_broken_case(rule_id):
         pytest.fail(f"{rule_id}: no broken case")
     if rule_id in ("c.device", "dx.answer"):
         _sim_or_skip()
+    if rule_id == "c.consumed_capsule" and hasattr(sys, "gettotalrefcount"):
+        # The broken consumer reads a tensor whose capsule was already used,
+        # i.e. freed memory; a debug interpreter scribbles over freed memory,
+        # so there it crashes before the kit can report it.
+        pytest.skip("the broken consumer's read of freed memory crashes a debug interpreter")
     rep = BROKEN[rule_id]()
     res = rep.results[rule_id]
     assert res.status == kit.FAIL, f"{rule_id} not caught:\n{rep.format()}"
