@@ -96,6 +96,12 @@ stage "CPython matrix (3.9-3.13, fast subset)" scripts/test-matrix.sh
 # whole suite and the stress suite with the GIL off, and a check that
 # importing devbuf leaves it off.
 stage "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)" scripts/python-ft.sh
+# CPython 3.14, 3.15 and the debug 3.14-dbg: Debian sid's binary packages in a
+# sid root made with debootstrap (cached under DEVBUF_CACHE): a -Werror build,
+# the taste, devbuf-info and the whole suite on each (scripts/python-sid.sh).
+# Its leak hunt (SID_STEPS=leaks) is run by hand: see docs/development.md.
+stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite)" \
+  env SID_STEPS="build taste info suite" scripts/python-sid.sh
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
 # made: the script for GPU machines must not rot between runs on one.
 stage "GPU check, dry run (scripts/gpu-check.sh --fake)" env OUT= scripts/gpu-check.sh --fake
