@@ -30,7 +30,9 @@ static PyObject *info(PyObject *self, PyObject *obj) {
     Py_DECREF(v);
     return NULL;
   }
-  PyObject *shape = Py_NewRef(Py_None), *strides = Py_NewRef(Py_None);
+  PyObject *shape = Py_None, *strides = Py_None; /* Py_NewRef is 3.10+ */
+  Py_INCREF(shape);
+  Py_INCREF(strides);
   for (int k = 0; k < 2; k++) {
     const Py_ssize_t *src = k ? vi.strides : vi.shape;
     if (src == NULL) continue;
