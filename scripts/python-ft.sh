@@ -122,7 +122,7 @@ build_devbuf() {
     -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$venv/bin/python" \
     "$@" >"$build.cmake.log" 2>&1 || { tail -30 "$build.cmake.log"; return 1; }
   cmake --build "$build" -j"$JOBS" --target devbuf_python devbuf_pyplugin devbuf_consumer \
-    devbuf_capi_consumer devbuf_dlpack_consumer devbuf_dlpack_consumer_cpp devbuf_broken \
+    devbuf_capi_consumer devbuf_dlpack_consumer devbuf_dlpack_consumer_cpp devbuf_broken devbuf-info \
     >"$build.log" 2>&1 || { grep -E 'error|warning' "$build.log" | head -30; tail -20 "$build.log"; return 1; }
 }
 

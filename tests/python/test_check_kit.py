@@ -494,8 +494,13 @@ def test_the_standard_library_targets_find_their_known_bugs():
                        cases=cases, checks=("buffer",))
     assert "PyBUF_ND|PyBUF_STRIDES|PyBUF_F_CONTIGUOUS answered a layout" in \
         rep.results["bp.refuse"].reason
-    if sys.version_info < (3, 14):  # 3.14 and later: ctypes gives packed Structures their own format
-        assert "format 'B' with itemsize 15" in rep.results["bp.format_itemsize"].reason
+    # Packed Structures export format 'B' with itemsize 15 on 3.11; newer CPythons (3.13,
+    # 3.14, 3.15 seen) export a struct format of the right size, and the rule passes.
+    reason = rep.results["bp.format_itemsize"].reason
+    if sys.version_info < (3, 12):
+        assert "format 'B' with itemsize 15" in reason
+    else:
+        assert reason == "" or "format 'B' with itemsize 15" in reason, reason
     rep = kit.producer(kit.target("array").factories["array.array"], cases=cases,
                        checks=("buffer",))
     assert rep.failures == [rep.results["bp.simple_format"]]
