@@ -63,7 +63,7 @@ cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_BUILD_TESTS=
   -DPython3_EXECUTABLE="$PY" -DPython3_INCLUDE_DIR="$INC" >"$B.cmake.log" 2>&1 ||
   { echo "devbuf.sh: cmake against $TREE failed:"; tail -30 "$B.cmake.log"; exit 1; }
 cmake --build "$B" -j"${CPYREF_JOBS:-2}" --target devbuf_python devbuf_pyplugin devbuf_consumer \
-  devbuf_capi_consumer devbuf_broken >"$B.log" 2>&1 ||
+  devbuf_capi_consumer devbuf_broken devbuf-info >"$B.log" 2>&1 ||
   { echo "devbuf.sh: devbuf does not build against $TREE:"; grep -E 'error|Error' "$B.log" | head -20; exit 1; }
 
 # ---- the suite --------------------------------------------------------------
