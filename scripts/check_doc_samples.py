@@ -208,8 +208,11 @@ class Checker:
         return out
 
     def _pyinfo(self) -> Tuple[str, str]:
-        """Include dir and extension suffix of the checking interpreter."""
-        r = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['include']);"
+        """Include dir(s) and extension suffix of the checking interpreter.
+        An interpreter run from its build tree keeps pyconfig.h beside the
+        tree, not in Include/: both directories, joined by os.pathsep."""
+        r = subprocess.run([self.python, "-c", "import os, sysconfig; print(sysconfig.get_paths()['include']"
+                            " + os.pathsep + os.path.dirname(sysconfig.get_config_h_filename()));"
                             "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
                            capture_output=True, text=True, check=True)
         inc, suffix = r.stdout.split()
@@ -217,7 +220,8 @@ class Checker:
 
     # -- C and Cython
     def cflags(self, pyinc: str) -> List[str]:
-        return ["-std=c11", "-Wall", "-Werror", "-I" + pyinc, "-I" + self.incdir,
+        incs = list(dict.fromkeys(d for d in pyinc.split(os.pathsep) if d))
+        return ["-std=c11", "-Wall", "-Werror", *("-I" + d for d in incs), "-I" + self.incdir,
                 "-I" + os.path.join(ROOT, "bindings", "python", "include")]
 
     def compare_output(self, b: Block, stdout: str) -> None:

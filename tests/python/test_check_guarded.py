@@ -462,6 +462,18 @@ BROKEN = {**BUFFER_CASES, **DLPACK_CASES, **CAI_CASES, **AI_CASES, **ARROW_CASES
           **DEVICE_CASES, **CONSUMER_CASES}
 
 
+def test_a_host_answer_to_a_device_request_after_a_plain_refusal_fails_dx_answer():
+    """What a consumer on an interpreter with the extension built in sees of
+    an answer without the flag: host memory, after the plain request was
+    refused. dx.answer fails on it; it is never only a skip."""
+    _sim_or_skip()
+    rep = dx(device(host_answer=True))
+    res = rep.results["dx.answer"]
+    assert res.status == kit.FAIL, rep.format()
+    assert "PyBUF_FULL_RO was refused" in res.reason and "answered host memory" in res.reason
+    assert not rep.ok
+
+
 def test_every_rule_has_a_broken_case():
     missing = sorted(set(kit.RULES) - set(BROKEN))
     assert not missing, f"rules with no broken producer or consumer: {missing}"

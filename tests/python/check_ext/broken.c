@@ -6,7 +6,7 @@
  *
  *   Exporter(base, *, lie_readonly, ignore_contig, error=BufferError, refuse=0,
  *            always_format, simple_format, format=None, itemsize=0, leak_ref,
- *            plain_device, no_device_flag)
+ *            plain_device, no_device_flag, host_answer)
  *   DeviceExporter(...)   the same, advertising PyBUF_DEVICE support
  *
  * Written against the header-only backport only, as a third party would. */
@@ -23,6 +23,9 @@ typedef struct {
   int have_base;
   int lie_readonly, ignore_contig, refuse, always_format, simple_format, leak_ref, plain_device;
   int no_device_flag; /* names the device in a PyBUF_DEVICE answer, but not the flag */
+  int host_answer;    /* answers PyBUF_DEVICE with device memory marked as host (no flag,
+                         no device): what an interpreter with the extension built in
+                         leaves of a no_device_flag answer */
   Py_ssize_t itemsize;
   char *format;
   PyObject *error; /* the exception type refusals raise */
@@ -32,18 +35,18 @@ typedef struct {
 static int broken_init(Broken *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"base", "lie_readonly", "ignore_contig", "error", "refuse",
                            "always_format", "simple_format", "format", "itemsize", "leak_ref",
-                           "plain_device", "no_device_flag", NULL};
+                           "plain_device", "no_device_flag", "host_answer", NULL};
   PyObject *base, *error = PyExc_BufferError;
   const char *format = NULL;
   if (self->have_base || self->exports) {
     PyErr_SetString(PyExc_TypeError, "devbuf_broken.Exporter: __init__ called twice");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$ppOippznppp", kwlist, &base, &self->lie_readonly,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$ppOippznpppp", kwlist, &base, &self->lie_readonly,
                                    &self->ignore_contig, &error, &self->refuse,
                                    &self->always_format, &self->simple_format, &format,
                                    &self->itemsize, &self->leak_ref, &self->plain_device,
-                                   &self->no_device_flag))
+                                   &self->no_device_flag, &self->host_answer))
     return -1;
   if (DevbufPy_GetBufferEx(base, &self->base, PyBUF_FULL_RO | PyBUF_DEVICE) < 0) return -1;
   self->have_base = 1;
@@ -102,6 +105,12 @@ static int broken_getbuffer(Broken *self, Py_buffer *view, int flags) {
   if (is_dev) DevbufPy_BufferSetDevice(view, flags, self->base.device, self->base.device_info);
   if (is_dev && self->no_device_flag && (flags & PyBUF_DEVICE))
     DEVBUFPY_BUFFER_EXT(view)->flags &= ~PyBUF_DEVICE; /* a consumer takes it for host memory */
+  if (is_dev && self->host_answer && (flags & PyBUF_DEVICE)) {
+    DevbufPy_buffer_ext *ext = DEVBUFPY_BUFFER_EXT(view);
+    ext->flags &= ~PyBUF_DEVICE;
+    ext->device = NULL;
+    ext->device_info = NULL;
+  }
   view->obj = (PyObject *)self;
   Py_INCREF(self);
   if (self->leak_ref) Py_INCREF(self); /* never given back: the broken part */

@@ -341,6 +341,20 @@ def check_buffer(c: _Ctx) -> None:
             # Device memory is refused to a plain request (dx.plain_refused):
             # its answers to PyBUF_DEVICE requests are what gets checked.
             full, derr = _ask(obj, C.PyBUF_FULL_RO | C.PyBUF_DEVICE, gather=False)
+            if full is not None and not _device_answer(full):
+                # PyBUF_DEVICE only widens what is acceptable: a host answer
+                # to it was owed to the plain request too. Either the plain
+                # refusal is wrong, or device memory went out unmarked (an
+                # interpreter with the extension built in clears the device
+                # fields of an answer without the flag, so this is all a
+                # consumer there can see of it).
+                c.fail(DX_ANSWER, f"PyBUF_FULL_RO was refused ({err}), but "
+                       "PyBUF_FULL_RO|PyBUF_DEVICE answered host memory (no PyBUF_DEVICE "
+                       f"in flags {full.ext_flags or 0:#x}): device memory must be marked "
+                       "PyBUF_DEVICE; host memory must not be refused to a plain request",
+                       ["import devbuf.check",
+                        "print(devbuf.check.getbuffer(obj, 0x100011c).as_dict())"
+                        "  # PyBUF_FULL_RO|PyBUF_DEVICE"])
             if full is None or not _device_answer(full):
                 why = f"PyBUF_FULL_RO refused: {err}" + (
                     f"; with PyBUF_DEVICE: {type(derr).__name__}: {derr}" if derr is not None
