@@ -7,11 +7,12 @@
 #                             the default interpreter only
 #
 # Stages: the plain build (ctest + pytest, the third-party suites, the
-# conformance kit), the CPython matrix, free-threaded 3.13t, the GPU check's
-# dry run, the sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer,
-# ctest), the ThreadSanitizer build (ctest -L tsan), the fuzzers (bounded),
-# the Python fuzz stage (hypothesis against the ASan+UBSan extension, bounded)
-# and the CPython reference.
+# conformance kit, the docs), the CPython matrix, the GPU check's dry run,
+# the sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, ctest),
+# the ThreadSanitizer build (ctest -L tsan), the fuzzers (bounded) and the
+# Python fuzz stage (hypothesis against the ASan+UBSan extension, bounded);
+# alongside them, in a second lane (the other core): free-threaded 3.13t,
+# CPython 3.14/3.15/3.14-dbg in a Debian sid root, and the CPython reference.
 #
 # Each stage prints its elapsed time; the run ends with a table (stage,
 # result, counts, seconds), the total, "test stages: N passed, M failed, K
@@ -70,6 +71,38 @@ if (( QUICK )); then
   exit
 fi
 
+# ---- the second lane: the other interpreters ------------------------------
+# The machines have 2 cores, and most stages are one pytest process: these
+# stages, which build and test devbuf against interpreters of their own (in
+# build-ft/, build-sid/, build-cpython313/ and the cache), run in a second
+# lane alongside the plain, sanitizer and fuzz stages below (scripts/stage.sh:
+# stage_lane). Their output is printed when the lane ends.
+other_interpreters() {
+  # Free-threaded CPython 3.13t (issue 29): built from Debian trixie's python3.13
+  # source (cached; a first run adds about 5 minutes on 2 cores), then devbuf's
+  # whole suite and the stress suite with the GIL off, and a check that
+  # importing devbuf leaves it off.
+  stage "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)" scripts/python-ft.sh
+  # CPython 3.14, 3.15 and the debug 3.14-dbg: Debian sid's binary packages in a
+  # sid root made with debootstrap (cached under DEVBUF_CACHE): a -Werror build,
+  # the taste, devbuf-info and the whole suite on each (scripts/python-sid.sh).
+  # Its leak hunt (SID_STEPS=leaks) is run by hand: see docs/development.md.
+  stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite)" \
+    env SID_STEPS="build taste info suite" scripts/python-sid.sh
+  # ---- CPython reference (issues 25, 35): the device extension and the
+  # Stable Reads capability gate inside CPython 3.13 and free-threaded 3.13t.
+  # A first run fetches Debian's source (shared with the 3.13t stage), builds
+  # the patched interpreters (cached, see scripts/cpython313.sh); then the
+  # tests and devbuf's suites run. DEVBUF_SKIP_CPYREF=1 leaves it out of a
+  # local run (CI never sets it). See scripts/cpython-reference.sh.
+  if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
+    stage "CPython reference (patched 3.13 and 3.13t, TSan)" scripts/cpython-reference.sh
+  else
+    stage_skip "CPython reference" "DEVBUF_SKIP_CPYREF=1"
+  fi
+}
+stage_lane other_interpreters
+
 stage "ctest (plain)" ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300
 stage "pytest" pytest_plain
 # Other projects' expectations (NumPy's and the array API's DLPack tests,
@@ -91,17 +124,6 @@ stage "docs (samples: scripts/check_doc_samples.py; build: scripts/docs-build.sh
 # Every other CPython (issues 14, 24): build, taste and a fast subset on
 # pyenv's 3.9-3.13 (venvs cached).
 stage "CPython matrix (3.9-3.13, fast subset)" scripts/test-matrix.sh
-# Free-threaded CPython 3.13t (issue 29): built from Debian trixie's python3.13
-# source (cached; a first run adds about 5 minutes on 2 cores), then devbuf's
-# whole suite and the stress suite with the GIL off, and a check that
-# importing devbuf leaves it off.
-stage "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)" scripts/python-ft.sh
-# CPython 3.14, 3.15 and the debug 3.14-dbg: Debian sid's binary packages in a
-# sid root made with debootstrap (cached under DEVBUF_CACHE): a -Werror build,
-# the taste, devbuf-info and the whole suite on each (scripts/python-sid.sh).
-# Its leak hunt (SID_STEPS=leaks) is run by hand: see docs/development.md.
-stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite)" \
-  env SID_STEPS="build taste info suite" scripts/python-sid.sh
 # The GPU check (issue 17) over the fake libcuda, on the plain build just
 # made: the script for GPU machines must not rot between runs on one.
 stage "GPU check, dry run (scripts/gpu-check.sh --fake)" env OUT= scripts/gpu-check.sh --fake
@@ -144,17 +166,5 @@ stage --fatal "build (Python extension, address,undefined sanitizers)" scripts/s
   -DDEVBUF_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug
 stage "python fuzz (hypothesis, ASan+UBSan extension, bounded)" python_fuzz
 # ---- end of hardening stages ----
-
-# ---- CPython reference (issues 25, 35): the device extension and the
-# Stable Reads capability gate inside CPython 3.13 and free-threaded 3.13t.
-# A first run fetches Debian's source (shared with the 3.13t stage), builds
-# the patched interpreters (cached, see scripts/cpython313.sh); then the
-# tests and devbuf's suites run. DEVBUF_SKIP_CPYREF=1 leaves it out of a
-# local run (CI never sets it). See scripts/cpython-reference.sh.
-if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
-  stage "CPython reference (patched 3.13 and 3.13t, TSan)" scripts/cpython-reference.sh
-else
-  stage_skip "CPython reference" "DEVBUF_SKIP_CPYREF=1"
-fi
 
 stage_summary
