@@ -9,7 +9,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD="$(cd "${1:-build}" && pwd)"
-VENV="${DEVBUF_DOCS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/devbuf/docs-venv}"
+VENV="${DEVBUF_DOCS_VENV:-${DEVBUF_CACHE:-$HOME/.cache/devbuf}/docs-venv}"
 [[ -d "$BUILD/python/devbuf" ]] || { echo "docs-build: $BUILD has no built devbuf package (scripts/setup.sh first)" >&2; exit 2; }
 want=$(cat requirements-docs.txt /usr/bin/python3 2>/dev/null | sha256sum | cut -d' ' -f1)
 if [[ "$(cat "$VENV/.requirements.sha256" 2>/dev/null)" != "$want" ]]; then
