@@ -64,8 +64,13 @@ stage --fatal "build (plain)" scripts/setup.sh build
 if (( QUICK )); then
   # The two install tests (cmake --install and pip install ., each with the
   # whole suite against the install: minutes) run in the full command only.
-  stage "ctest (plain; quick: not the install and slow labels)" \
-    ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300 -LE 'install|slow'
+  # ctest alongside pytest (a second lane): pytest is one process, ctest
+  # mostly waits on the processes it spawns.
+  quick_ctest() {
+    stage "ctest (plain; quick: not the install and slow labels)" \
+      ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300 -LE 'install|slow'
+  }
+  stage_lane quick_ctest
   stage "pytest" pytest_plain
   stage_summary
   exit
