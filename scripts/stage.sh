@@ -70,9 +70,10 @@ stage() {
   local fatal=0
   if [ "$1" = --fatal ]; then fatal=1; shift; fi
   local name="$1"; shift
-  local n=$(( ${#STAGE_NAMES[@]} + 1 )) t0 rc log result counts secs
+  local n t0 rc log result counts secs
+  n="$(printf '%02d' $(( ${#STAGE_NAMES[@]} + 1 )))"
   [ -z "$STAGE_LANE" ] || n="L$(( $(wc -l <"$STAGE_LANE") + 1 ))"
-  log="$STAGE_LOGS/$(printf '%02s' "$n")-$(tr -c 'A-Za-z0-9.\n' '-' <<<"$name" | cut -c1-60).log"
+  log="$STAGE_LOGS/$n-$(tr -c 'A-Za-z0-9.\n' '-' <<<"$name" | cut -c1-60).log"
   if [ -n "$STAGE_LANE" ]; then
     # In a lane: the log only; the main shell shows it when the lane ends.
     t0=$(date +%s)
