@@ -8,6 +8,7 @@
 #   LIBDIR   the directory of the installed libdevbuf.so
 #   WORKDIR  scratch directory (created if missing)
 # Used by test-install.sh and test-pip-install.sh.
+# DEVBUF_INSTALLED_TESTS="test_a.py test_b.py" runs those modules only.
 #
 # tests/python/conftest.py wants a build directory; it gets one under WORKDIR
 # that holds no devbuf: python/devbuf is an empty directory (a namespace-
@@ -57,5 +58,14 @@ got = os.path.realpath(os.path.dirname(os.path.abspath(devbuf.__file__)))
 assert got == os.path.realpath(sys.argv[1]), got
 PY
 cd "$work"
-"$py" -m pytest -q -p no:cacheprovider "$@" "$src/tests/python" ||
+# DEVBUF_INSTALLED_TESTS: some modules of tests/python (file names), not all.
+targets=("$src/tests/python")
+if [ -n "${DEVBUF_INSTALLED_TESTS:-}" ]; then
+  targets=()
+  for t in $DEVBUF_INSTALLED_TESTS; do
+    [ -f "$src/tests/python/$t" ] || die "DEVBUF_INSTALLED_TESTS names $t, which is not in tests/python"
+    targets+=("$src/tests/python/$t")
+  done
+fi
+"$py" -m pytest -q -p no:cacheprovider "$@" "${targets[@]}" ||
   die "tests/python failed against the installed devbuf in $pkgdir"
