@@ -45,7 +45,7 @@ MIRROR="${SID_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 PACKAGES=(python3.14 python3.14-dev python3.14-venv python3.14-dbg
           python3.15 python3.15-dev python3.15-venv python3.15-dbg
-          gcc g++ make cmake pkg-config libffi-dev ca-certificates git)
+          gcc g++ make cmake pkg-config libffi-dev ca-certificates git ccache)
 
 PASSED=0
 FAILED=0
@@ -135,8 +135,14 @@ for t in "${TAGS[@]}"; do
   envs=(env DEVBUF_BUILD_DIR="/build/$t" PYTHONPATH="/build/$t/python")
   if has_step build; then
     # -Werror: a deprecation in a new CPython's headers fails the build.
-    if quiet "$OUT/build-$t.log" in_root "$SIDROOT" /bin/sh -c "
+    # ccache, its objects kept in the cached root: the three interpreters'
+    # builds share every object but the extension's (BASEDIR=/ makes the
+    # per-interpreter build folders' include paths relative), and a later
+    # run shares them all.
+    if quiet "$OUT/build-$t.log" in_root "$SIDROOT" /usr/bin/env CCACHE_DIR=/var/cache/devbuf-ccache \
+         CCACHE_BASEDIR=/ CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=2G /bin/sh -c "
          cmake -S /src -B /build/$t -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_WERROR=ON \
+           -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
            -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$py &&
          cmake --build /build/$t -j$JOBS"; then
       pass "$t: build (-Werror)"
