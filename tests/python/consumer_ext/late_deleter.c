@@ -1,14 +1,18 @@
 /* devbuf_late_deleter: a consumer that gives devbuf's exports back from a C
  * thread Python has never seen, DURING and AFTER the interpreter's
  * finalization, for tests/python/test_pep788.py (run in a subprocess).
- * Only Python.h: nothing of devbuf is linked; the DLPack and Arrow structs
- * are the public ABI, declared here.
+ * Python.h and libdevbuf's registry API (for interpret()); the DLPack and
+ * Arrow structs are the public ABI, declared here.
  *
  *   take_dlpack(capsule, when)   consume a DLPack capsule ("dltensor" or
  *                                "dltensor_versioned"); a thread calls its
  *                                deleter at `when`
  *   take_arrow(capsule, when)    move an "arrow_array" capsule's ArrowArray
  *                                out; a thread calls its release at `when`
+ *   interpret(id, when)          a thread interprets "[id$x]" through the
+ *                                registry (libdevbuf) at `when`: a namespace
+ *                                registered by devbuf.register_dtype_namespace
+ *                                runs devbuf's C trampoline
  *   raw_gilstate(when)           a thread calls PyGILState_Ensure itself at
  *                                `when` (what CPython does, without devbuf)
  *   set_refused_counter(capsule) devbuf._devbuf._dlpack_deleters_refused
@@ -24,6 +28,7 @@
  *   late: <what> <when>: returned refused=<n>    the call came back (n:
  *                                                 devbuf's refused count
  *                                                 after it, -1 unknown)
+ *   late: interpret <when>: returned status=<s> <message>   (interpret())
  *   late: <what> <when>: ended                   the thread was ended inside
  *                                                 the call (never returned)
  *   late: <what> <when>: still blocked after 5 s  the call has not returned */
@@ -38,6 +43,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "devbuf/format.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
 #define LATE_IS_FINALIZING() Py_IsFinalizing()
@@ -83,9 +90,9 @@ typedef struct late_ArrowArray {
 
 /* ---- the threads ------------------------------------------------------------------- */
 
-enum { K_DLPACK, K_DLPACK_V, K_ARROW, K_RAW };
+enum { K_DLPACK, K_DLPACK_V, K_ARROW, K_RAW, K_INTERPRET };
 enum { W_DURING, W_AFTER };
-#define MAX_JOBS 8
+#define MAX_JOBS 16
 
 typedef struct job {
   int kind, when;
@@ -94,6 +101,9 @@ typedef struct job {
   int started;
   _Atomic int state;    /* 0 waiting, 1 calling, 2 returned */
   _Atomic long refused; /* devbuf's counter after the call */
+  char id[64];          /* K_INTERPRET: the namespace */
+  devbuf_error err;     /* K_INTERPRET: its answer */
+  int status;
 } job;
 
 static job g_jobs[MAX_JOBS];
@@ -106,7 +116,8 @@ static pthread_key_t g_ended_key;
 static const char *kind_name(int k) {
   return k == K_DLPACK ? "dlpack" : k == K_DLPACK_V ? "dlpack_versioned"
                                     : k == K_ARROW   ? "arrow"
-                                                     : "raw_gilstate";
+                                    : k == K_RAW     ? "raw_gilstate"
+                                                     : "interpret";
 }
 
 static void say(const char *line) {
@@ -155,6 +166,13 @@ static void *run_job(void *p) {
       PyGILState_Release(g);
       break;
     }
+    case K_INTERPRET: {
+      devbuf_dtype_desc desc;
+      memset(&desc, 0, sizeof desc);
+      devbuf_error_clear(&j->err);
+      j->status = devbuf_dtype_interpret(j->id, "x", 1, &desc, &j->err);
+      break;
+    }
   }
   atomic_store(&j->refused, g_refused ? atomic_load(g_refused) : -1);
   atomic_store(&j->state, 2);
@@ -173,9 +191,12 @@ static void finish(int when) {
       if (state >= 2) break;
       sleep_ms(1);
     }
-    char line[160];
+    char line[400];
     const char *w = when == W_DURING ? "during" : "after";
-    if (state == 2)
+    if (state == 2 && j->kind == K_INTERPRET)
+      snprintf(line, sizeof line, "late: %s %s: returned status=%d %.200s\n", kind_name(j->kind),
+               w, j->status, j->err.message);
+    else if (state == 2)
       snprintf(line, sizeof line, "late: %s %s: returned refused=%ld\n", kind_name(j->kind), w,
                (long)atomic_load(&j->refused));
     else if (state == 3)
@@ -285,6 +306,15 @@ static PyObject *raw_gilstate(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *interpret(PyObject *self, PyObject *args) {
+  const char *id, *when;
+  if (!PyArg_ParseTuple(args, "ss:interpret", &id, &when)) return NULL;
+  job *j = add_job(K_INTERPRET, when);
+  if (j == NULL) return NULL;
+  snprintf(j->id, sizeof j->id, "%s", id);
+  Py_RETURN_NONE;
+}
+
 static PyObject *set_refused_counter(PyObject *self, PyObject *cap) {
   void *p = PyCapsule_GetPointer(cap, "devbuf._devbuf._dlpack_deleters_refused");
   if (p == NULL) return NULL;
@@ -322,6 +352,7 @@ static PyMethodDef methods[] = {
     {"take_dlpack", take_dlpack, METH_VARARGS, "take_dlpack(capsule, when)"},
     {"take_arrow", take_arrow, METH_VARARGS, "take_arrow(capsule, when)"},
     {"raw_gilstate", raw_gilstate, METH_VARARGS, "raw_gilstate(when)"},
+    {"interpret", interpret, METH_VARARGS, "interpret(id, when)"},
     {"set_refused_counter", set_refused_counter, METH_O, "set_refused_counter(capsule)"},
     {"arm", arm, METH_NOARGS, "arm(): start the threads"},
     {NULL, NULL, 0, NULL},
