@@ -134,6 +134,13 @@ static inline void dbp_home_drop(dbp_home *h) {
 #endif
 }
 
+/* While the interpreter finalizes: is this the thread that finalizes it
+ * (the main thread, while it still has its thread state)? */
+static inline int dbp_enter_is_finalizing_thread_(void) {
+  return PyThread_get_thread_ident() == dbp_enter_main_thread &&
+         PyGILState_GetThisThreadState() != NULL;
+}
+
 /* Make the calling thread able to run Python in h's interpreter (NULL: the
  * main one). 0: done, call dbp_leave(e) when finished. -1: the interpreter
  * is finalizing or gone and this thread may not enter it; nothing was
@@ -150,28 +157,29 @@ static inline int dbp_enter(const dbp_home *h, dbp_entered *e) {
     return 0;
 #endif
   }
-  if (dbp_compat_IsFinalizing()) {
-    /* Only the finalizing thread, while it still has its thread state. */
-    if (PyThread_get_thread_ident() != dbp_enter_main_thread ||
-        PyGILState_GetThisThreadState() == NULL)
-      return -1;
-    e->gil = PyGILState_Ensure();
-    e->how = DBP_ENTERED_GILSTATE;
-    return 0;
-  }
 #if DBP_PEP788
-  if (h != NULL && h->view == NULL) return -1; /* dropped already: a caller bug, refuse */
-  PyInterpreterView *v = h != NULL ? h->view : PyInterpreterView_FromMain();
-  if (v == NULL) return -1;
-  e->token = PyThreadState_EnsureFromView(v);
-  if (h == NULL) PyInterpreterView_Close(v); /* the token holds its own guard */
-  if (e->token == NULL) return -1;
-  e->how = DBP_ENTERED_TOKEN;
+  if (h == NULL || h->view != NULL) { /* a dropped home: a caller bug, refused */
+    PyInterpreterView *v = h != NULL ? h->view : PyInterpreterView_FromMain();
+    if (v != NULL) {
+      e->token = PyThreadState_EnsureFromView(v);
+      if (h == NULL) PyInterpreterView_Close(v); /* the token holds its own guard */
+      if (e->token != NULL) {
+        e->how = DBP_ENTERED_TOKEN;
+        return 0;
+      }
+    }
+  }
+  /* Refused: finalizing or gone. Only the finalizing thread may go on. */
+  if (!dbp_compat_IsFinalizing() || !dbp_enter_is_finalizing_thread_()) return -1;
 #else
-  if (!Py_IsInitialized()) return -1;
+  if (dbp_compat_IsFinalizing()) {
+    if (!dbp_enter_is_finalizing_thread_()) return -1;
+  } else if (!Py_IsInitialized()) {
+    return -1;
+  }
+#endif
   e->gil = PyGILState_Ensure();
   e->how = DBP_ENTERED_GILSTATE;
-#endif
   return 0;
 }
 
