@@ -14,6 +14,7 @@ The test extension devbuf_late_deleter (consumer_ext/late_deleter.c) runs the
 threads and reports each outcome on stderr; the script below runs in a
 subprocess with a timeout, so that a hang fails the test instead of the suite.
 """
+import pathlib
 import re
 import subprocess
 import sys
@@ -35,7 +36,13 @@ import devbuf_late_deleter as L
 L.set_refused_counter(C._dlpack_deleters_refused)
 # A dtype namespace whose interpreter is Python: devbuf's C trampoline.
 devbuf.register_dtype_namespace("late_ns", lambda payload: None)
-keep = []
+# A device plugin written in Python (libffi closures), kept registered past
+# exit by memory still allocated through it.
+import devbuf.plugin
+sys.path.insert(0, sys.argv[3])
+from python_plugin_mmap import MmapDevice
+devbuf.plugin.register_plugin(MmapDevice(identifiers=("test.late",)))
+keep = [devbuf.from_host(b"kept", device="test.late")]
 for when in sys.argv[1].split(","):
     b = devbuf.from_host(np.arange(6.0))
     L.take_dlpack(b.__dlpack__(max_version=(1, 0)), when)  # "dltensor_versioned"
@@ -43,7 +50,8 @@ for when in sys.argv[1].split(","):
     L.take_arrow(b.__arrow_c_array__()[1], when)
     keep.append(b)  # module teardown frees it, while the exports are still out
     L.interpret("late_ns", when)
-if len(sys.argv) > 2:
+    L.sync_device("test.late:0", when)
+if sys.argv[2]:
     L.raw_gilstate(sys.argv[2])
 L.arm()
 print("child: main exits", flush=True)
@@ -52,7 +60,11 @@ print("child: main exits", flush=True)
 LINE = re.compile(r"^late: (\w+) (during|after): (returned .*|ended|still blocked.*)$")
 
 
-def run_child(devbuf_env, *args, timeout=60):
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def run_child(devbuf_env, when, raw="", timeout=60):
+    args = (when, raw, str(EXAMPLES))
     try:
         p = subprocess.run([sys.executable, "-c", CHILD, *args], env=devbuf_env,
                            capture_output=True, text=True, timeout=timeout)
@@ -95,6 +107,10 @@ def test_deleters_from_a_c_thread_while_finalizing(devbuf_env, when):
     answer = out.get(("interpret", when), "")
     assert answer.startswith("returned status=") and "status=0 " not in answer, where
     assert "late_ns': its Python interpreter is finalizing or gone" in answer, where
+    # So did the Python plugin's libffi closure (stream_synchronize).
+    answer = out.get(("sync", when), "")
+    assert answer.startswith("returned status=") and "status=0 " not in answer, where
+    assert "stream_synchronize" in answer and "interpreter is finalizing" in answer, where
 
 
 def test_pyGILState_Ensure_itself_while_finalizing(devbuf_env):

@@ -13,6 +13,10 @@
  *                                registry (libdevbuf) at `when`: a namespace
  *                                registered by devbuf.register_dtype_namespace
  *                                runs devbuf's C trampoline
+ *   sync_device(spec, when)      opens device `spec` now; a thread calls
+ *                                devbuf_stream_synchronize on its default
+ *                                stream at `when`: for a plugin written in
+ *                                Python (devbuf.plugin), a libffi closure
  *   raw_gilstate(when)           a thread calls PyGILState_Ensure itself at
  *                                `when` (what CPython does, without devbuf)
  *   set_refused_counter(capsule) devbuf._devbuf._dlpack_deleters_refused
@@ -28,7 +32,8 @@
  *   late: <what> <when>: returned refused=<n>    the call came back (n:
  *                                                 devbuf's refused count
  *                                                 after it, -1 unknown)
- *   late: interpret <when>: returned status=<s> <message>   (interpret())
+ *   late: interpret <when>: returned status=<s> <message>   (interpret(),
+ *                                                 and sync_device() as "sync")
  *   late: <what> <when>: ended                   the thread was ended inside
  *                                                 the call (never returned)
  *   late: <what> <when>: still blocked after 5 s  the call has not returned */
@@ -45,6 +50,7 @@
 #include <unistd.h>
 
 #include "devbuf/format.h"
+#include "devbuf/runtime.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
 #define LATE_IS_FINALIZING() Py_IsFinalizing()
@@ -90,7 +96,7 @@ typedef struct late_ArrowArray {
 
 /* ---- the threads ------------------------------------------------------------------- */
 
-enum { K_DLPACK, K_DLPACK_V, K_ARROW, K_RAW, K_INTERPRET };
+enum { K_DLPACK, K_DLPACK_V, K_ARROW, K_RAW, K_INTERPRET, K_SYNC };
 enum { W_DURING, W_AFTER };
 #define MAX_JOBS 16
 
@@ -102,7 +108,8 @@ typedef struct job {
   _Atomic int state;    /* 0 waiting, 1 calling, 2 returned */
   _Atomic long refused; /* devbuf's counter after the call */
   char id[64];          /* K_INTERPRET: the namespace */
-  devbuf_error err;     /* K_INTERPRET: its answer */
+  devbuf_device dev;    /* K_SYNC: the device */
+  devbuf_error err;     /* K_INTERPRET, K_SYNC: the answer */
   int status;
 } job;
 
@@ -117,6 +124,7 @@ static const char *kind_name(int k) {
   return k == K_DLPACK ? "dlpack" : k == K_DLPACK_V ? "dlpack_versioned"
                                     : k == K_ARROW   ? "arrow"
                                     : k == K_RAW     ? "raw_gilstate"
+                                    : k == K_SYNC    ? "sync"
                                                      : "interpret";
 }
 
@@ -173,6 +181,10 @@ static void *run_job(void *p) {
       j->status = devbuf_dtype_interpret(j->id, "x", 1, &desc, &j->err);
       break;
     }
+    case K_SYNC:
+      devbuf_error_clear(&j->err);
+      j->status = devbuf_stream_synchronize(&j->dev, NULL, &j->err);
+      break;
   }
   atomic_store(&j->refused, g_refused ? atomic_load(g_refused) : -1);
   atomic_store(&j->state, 2);
@@ -193,7 +205,7 @@ static void finish(int when) {
     }
     char line[400];
     const char *w = when == W_DURING ? "during" : "after";
-    if (state == 2 && j->kind == K_INTERPRET)
+    if (state == 2 && (j->kind == K_INTERPRET || j->kind == K_SYNC))
       snprintf(line, sizeof line, "late: %s %s: returned status=%d %.200s\n", kind_name(j->kind),
                w, j->status, j->err.message);
     else if (state == 2)
@@ -315,6 +327,20 @@ static PyObject *interpret(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *sync_device(PyObject *self, PyObject *args) {
+  const char *spec, *when;
+  if (!PyArg_ParseTuple(args, "ss:sync_device", &spec, &when)) return NULL;
+  job *j = add_job(K_SYNC, when);
+  if (j == NULL) return NULL;
+  devbuf_error err;
+  devbuf_error_clear(&err);
+  if (devbuf_device_open(spec, &j->dev, &err) != DEVBUF_OK) {
+    g_njobs--;
+    return PyErr_Format(PyExc_RuntimeError, "sync_device: %s", err.message);
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject *set_refused_counter(PyObject *self, PyObject *cap) {
   void *p = PyCapsule_GetPointer(cap, "devbuf._devbuf._dlpack_deleters_refused");
   if (p == NULL) return NULL;
@@ -353,6 +379,7 @@ static PyMethodDef methods[] = {
     {"take_arrow", take_arrow, METH_VARARGS, "take_arrow(capsule, when)"},
     {"raw_gilstate", raw_gilstate, METH_VARARGS, "raw_gilstate(when)"},
     {"interpret", interpret, METH_VARARGS, "interpret(id, when)"},
+    {"sync_device", sync_device, METH_VARARGS, "sync_device(spec, when)"},
     {"set_refused_counter", set_refused_counter, METH_O, "set_refused_counter(capsule)"},
     {"arm", arm, METH_NOARGS, "arm(): start the threads"},
     {NULL, NULL, 0, NULL},
