@@ -47,6 +47,7 @@ SUBSET=(
   tests/python/test_backport.py
   tests/python/test_dlpack_header.py
   tests/python/test_subinterpreters.py
+  tests/python/test_pep788.py
 )
 
 say() { printf '[matrix %s] %s\n' "$v" "$*"; }
@@ -103,7 +104,7 @@ for v in "${versions[@]}"; do
   # the extension), not the C tests.
   quiet "$MATRIX/build-$v.log" cmake --build "$build" -j"$JOBS" --target devbuf_python \
     devbuf_pyplugin devbuf_consumer devbuf_capi_consumer devbuf_dlpack_consumer \
-    devbuf_dlpack_consumer_cpp ||
+    devbuf_dlpack_consumer_cpp devbuf_late_deleter ||
     { result[$v]="FAIL (build)"; failed=1; continue; }
   pyver=$("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])')
   npver=$("$venv/bin/python" -c 'import numpy; print(numpy.__version__)')

@@ -275,7 +275,7 @@ static int own_dunder(PyObject *key) {
 static int module_exec_first(PyObject *m) {
   devbuf_error err;
   devbuf_error_clear(&err);
-  if (dbp_errors_init(m) < 0) return -1;
+  if (dbp_errors_init(m) < 0 || dbp_enter_init() < 0) return -1;
   if (devbuf_init(&err) != DEVBUF_OK) return dbp_fail(&err);
   if (dbp_device_init(m) < 0 || dbp_buffer_init(m) < 0 || dbp_view_init(m) < 0 ||
       dbp_format_init(m) < 0 || dbp_capi_init(m) < 0 || dbp_interop_init(m) < 0 ||

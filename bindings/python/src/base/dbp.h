@@ -27,6 +27,7 @@
 #include "base/export_ledger.h"
 
 #include "base/dbp_lock.h"
+#include "base/dbp_enter.h"
 
 /* ---- errors.c ------------------------------------------------------------ */
 extern PyObject *dbp_Error;             /* devbuf.Error (Exception) */

@@ -7,8 +7,9 @@
  * that turns a custom item's dict into devbuf.Custom.
  *
  * Python namespaces: the registry calls a C trampoline (py_interpret) that
- * takes the GIL, calls the Python callable and fills the devbuf_dtype_desc.
- * An exception never crosses into C: it becomes DEVBUF_ECALLBACK with the
+ * enters the namespace's interpreter (base/dbp_enter.h; refused with
+ * DEVBUF_ECALLBACK once it finalizes or is gone), calls the Python callable
+ * and fills the devbuf_dtype_desc. An exception never crosses into C: it becomes DEVBUF_ECALLBACK with the
  * exception's type and text in the message. Each namespace's record (the
  * devbuf_dtype_namespace, its strings and the callable) lives until
  * unregister_dtype_namespace, which releases the GIL while the registry
@@ -739,6 +740,7 @@ typedef struct PyNamespace {
   devbuf_dtype_namespace ns;
   char *id, *provider, *description;
   PyObject *callable;
+  dbp_home home; /* where py_interpret enters Python (base/dbp_enter.h) */
 } PyNamespace;
 
 #define NS_CAPSULE "devbuf._devbuf.PyNamespace"
@@ -877,7 +879,12 @@ static int py_interpret(void *ctx, const char *payload, size_t len, devbuf_dtype
                         devbuf_error *err) {
   PyNamespace *p = ctx;
   int rc = DEVBUF_OK;
-  PyGILState_STATE g = PyGILState_Ensure();
+  dbp_entered g;
+  if (dbp_enter(&p->home, &g) < 0)
+    return devbuf_error_set(err, DEVBUF_ECALLBACK,
+                            "dtype namespace '%s': its Python interpreter is finalizing or gone, "
+                            "'%.*s' cannot be interpreted", p->id, (int)(len > 100 ? 100 : len),
+                            payload);
   /* Keep an exception the caller is handling out of our way. */
   PyObject *st, *sv, *stb;
   PyErr_Fetch(&st, &sv, &stb);
@@ -905,7 +912,7 @@ static int py_interpret(void *ctx, const char *payload, size_t len, devbuf_dtype
   }
   Py_XDECREF(r);
   PyErr_Restore(st, sv, stb);
-  PyGILState_Release(g);
+  dbp_leave(&g);
   return rc;
 }
 
@@ -921,6 +928,7 @@ static void ns_free(PyNamespace *p) {
   PyMem_RawFree(p->provider);
   PyMem_RawFree(p->description);
   Py_XDECREF(p->callable);
+  dbp_home_drop(&p->home);
   PyMem_RawFree(p);
 }
 
@@ -958,6 +966,10 @@ static PyObject *register_ns(const char *id, PyObject *callable, const char *pro
   if (!p->id || !p->provider || !p->description) {
     ns_free(p);
     return PyErr_NoMemory();
+  }
+  if (dbp_home_take(&p->home) < 0) {
+    ns_free(p);
+    return NULL;
   }
   p->callable = Py_NewRef(callable);
   p->ns.struct_size = sizeof p->ns;

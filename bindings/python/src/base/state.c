@@ -5,6 +5,9 @@
  * only CPython. */
 #include "base/dbp.h"
 
+/* The thread that finalizes the interpreter (base/dbp_enter.h). */
+unsigned long dbp_enter_main_thread;
+
 /* ---- per-interpreter objects ------------------------------------------------------------- */
 
 static PyObject *interp_dict(void) {

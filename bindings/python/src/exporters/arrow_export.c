@@ -113,31 +113,26 @@ typedef struct ExpArray {
   PyObject *holder;       /* the DeviceView holding the producer's export */
   const void *buffers[2]; /* validity (none), values */
   void *event;            /* what sync_event points at */
+  dbp_home home;          /* where release enters Python (base/dbp_enter.h) */
 } ExpArray;
 
-/* Arrow may release from any thread, without the GIL: take it to drop the
- * view (which releases devbuf's export), unless the interpreter is gone. A
- * thread that already runs Python (a capsule destructor, pyarrow's release
- * under the GIL, a subinterpreter whose thread state PyGILState does not
- * know) must not ask again: it would wait on itself. */
+/* Arrow may release from any thread, with or without a thread state, also
+ * during and after finalization: enter the array's interpreter to drop the
+ * view (which releases devbuf's export) through base/dbp_enter.h, which
+ * uses the thread state of a thread already running Python (a capsule
+ * destructor, pyarrow's release under the GIL) rather than asking again.
+ * Once the interpreter finalizes or is gone the view is leaked: nothing of
+ * Python is touched. */
 static void exp_array_release(DbpArrowArray *a) {
   if (a->release == NULL) return;
   ExpArray *p = a->private_data;
   if (p != NULL) {
-    if (p->holder != NULL && Py_IsInitialized()) {
-#if PY_VERSION_HEX >= 0x030D0000
-      PyThreadState *ts = PyThreadState_GetUnchecked();
-#else
-      PyThreadState *ts = _PyThreadState_UncheckedGet();
-#endif
-      if (ts != NULL) {
-        Py_DECREF(p->holder);
-      } else {
-        PyGILState_STATE g = PyGILState_Ensure();
-        Py_DECREF(p->holder);
-        PyGILState_Release(g);
-      }
+    dbp_entered e;
+    if (p->holder != NULL && dbp_enter(&p->home, &e) == 0) {
+      Py_DECREF(p->holder);
+      dbp_leave(&e);
     }
+    dbp_home_drop(&p->home);
     free(p);
   }
   a->private_data = NULL;
@@ -307,6 +302,7 @@ static PyObject *arrow_export(PyObject *self, int device, const char *what) {
     PyErr_NoMemory();
     goto fail;
   }
+  if (dbp_home_take(&ap->home) < 0) goto fail;
   DbpArrowArray arr;
   memset(&arr, 0, sizeof arr);
   arr.length = b->itemsize ? b->len / b->itemsize : 0;
@@ -363,6 +359,7 @@ fail:
     free(sp->metadata);
     free(sp);
   }
+  if (ap) dbp_home_drop(&ap->home);
   free(ap);
   Py_XDECREF(v);
   return result;

@@ -5,8 +5,10 @@
  * itself: the managed tensor holds a buffer export (DevbufPy_GetBufferEx,
  * kept in the same block as the tensor) until its deleter runs, so a DeviceBuffer cannot be freed, nor a
  * DeviceView released, while a DLPack consumer still uses the memory. The
- * deleter may run on any thread: it takes the GIL, and does nothing at all
- * once the interpreter is gone (the memory is then leaked, as NumPy does).
+ * deleter may run on any thread: it enters Python through base/dbp_enter.h
+ * (the export keeps a home in its interpreter), and does nothing of Python
+ * once the interpreter finalizes or is gone (the export is then leaked, as
+ * NumPy does).
  *
  * Capsules follow the Python specification of DLPack: "dltensor_versioned"
  * when the consumer's max_version is (1, x) or newer, "dltensor" otherwise;
@@ -15,6 +17,7 @@
 #include "exporters/exporters.h"
 #include "base/dbp_freelist.h" /* after Python.h */
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- the export block ------------------------------------------------------
@@ -32,6 +35,7 @@ typedef struct export_block {
     DLManagedTensor l;
   } m;
   DevbufPy_buffer_ext ext;
+  dbp_home home;                    /* where the deleter enters Python (dbp_enter.h) */
   int64_t *dims;                    /* inline_dims, or PyMem_Raw for ndim > BLOCK_NDIM */
   int64_t inline_dims[2 * BLOCK_NDIM];
 } export_block;
@@ -42,27 +46,48 @@ DBP_FREELIST(g_block_free);
 
 static export_block *block_alloc(void) {
   export_block *b = dbp_freelist_pop(&g_block_free);
-  if (b == NULL && (b = PyMem_RawMalloc(sizeof *b)) == NULL) return NULL;
+  if (b == NULL && (b = PyMem_RawMalloc(sizeof *b)) == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
   b->dims = b->inline_dims;
+  if (dbp_home_take(&b->home) < 0) {
+    if (!dbp_freelist_push(&g_block_free, b)) PyMem_RawFree(b);
+    return NULL;
+  }
   return b;
 }
 
 /* Give back a block whose export is released. */
 static void block_free(export_block *b) {
+  dbp_home_drop(&b->home);
   if (b->dims != b->inline_dims) PyMem_RawFree(b->dims);
   b->dims = NULL;
   if (!dbp_freelist_push(&g_block_free, b)) PyMem_RawFree(b);
 }
 
-/* The deleters: the consumer is done. They may run on any thread: the GIL
- * is taken for the release; after finalisation nothing is touched (leak,
- * never crash). The block is not the consumer's any more once called. */
+/* Deleters that found the interpreter finalizing or gone (dbp_enter
+ * refused): their export and block are leaked. Read by the tests through
+ * the capsule _devbuf._dlpack_deleters_refused. */
+static _Atomic long g_deleters_refused;
+
+/* The deleters: the consumer is done. They may run on any thread, with or
+ * without a thread state, also during and after finalization: they enter
+ * the export's interpreter for the release (dbp_enter.h); when that is
+ * refused, nothing of Python is touched: the export and the block are
+ * leaked (never a crash, a hang, or a thread ended under its caller), only
+ * the home is given back. The block is not the consumer's any more once
+ * called. */
 static void block_delete(export_block *b) {
-  if (!Py_IsInitialized()) return;
-  PyGILState_STATE st = PyGILState_Ensure();
+  dbp_entered e;
+  if (dbp_enter(&b->home, &e) < 0) {
+    dbp_home_drop(&b->home);
+    atomic_fetch_add(&g_deleters_refused, 1);
+    return;
+  }
   DevbufPy_BufferRelease(&b->ext);
   block_free(b);
-  PyGILState_Release(st);
+  dbp_leave(&e);
 }
 static void block_deleter_v(DLManagedTensorVersioned *m) { block_delete(m->manager_ctx); }
 static void block_deleter_l(DLManagedTensor *m) { block_delete(m->manager_ctx); }
@@ -264,10 +289,7 @@ int dbp_dlpack_export(PyObject *obj, int versioned, PyObject *stream, int sync,
   devbuf_error_clear(&err);
   *out = NULL;
   export_block *h = block_alloc();
-  if (h == NULL) {
-    PyErr_NoMemory();
-    return -1;
-  }
+  if (h == NULL) return -1;
   if (get_export(obj, &h->ext) < 0) {
     block_free(h);
     return -1;
@@ -687,9 +709,16 @@ static void set_error_from_python(void *error_ctx,
 
 static int xa_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
                         void (*set_error)(void *, const char *, const char *)) {
-  PyGILState_STATE st = PyGILState_Ensure();
-  int rc = -1;
   *out = NULL;
+  /* The exchange table is process-wide, with no owner to keep a home: it
+   * enters the main interpreter, as PyGILState_Ensure did. */
+  dbp_entered st;
+  if (dbp_enter(NULL, &st) < 0) {
+    set_error(error_ctx, "RuntimeError",
+              "devbuf allocator: the Python interpreter is finalizing or gone");
+    return -1;
+  }
+  int rc = -1;
   devbuf_error err;
   devbuf_error_clear(&err);
   char fmt[DEVBUF_DLPACK_FORMAT_MAX];
@@ -736,7 +765,7 @@ static int xa_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, voi
   *out = m;
   rc = 0;
 out:
-  PyGILState_Release(st);
+  dbp_leave(&st);
   return rc;
 }
 
@@ -876,7 +905,15 @@ static int install(PyTypeObject *type, const devbuf_dlpack_exchange_api *api) {
 }
 
 int dbp_export_init(PyObject *module) {
-  (void)module;
+  /* For tests: the count of deleters refused by a finalizing interpreter
+   * (an _Atomic long), readable by C threads after Python is gone. */
+  PyObject *counter =
+      PyCapsule_New((void *)&g_deleters_refused, "devbuf._devbuf._dlpack_deleters_refused", NULL);
+  if (PyModule_AddObjectRef(module, "_dlpack_deleters_refused", counter) < 0) {
+    Py_XDECREF(counter);
+    return -1;
+  }
+  Py_DECREF(counter);
   for (int i = 0; i < 4; i++)
     if (g_kw[i] == NULL && (g_kw[i] = PyUnicode_InternFromString(g_kw_text[i])) == NULL) return -1;
   if (install(&DbpBuffer_Type, &g_api_devbuf) < 0) return -1;

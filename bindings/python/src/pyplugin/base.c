@@ -11,6 +11,10 @@
 
 PyObject *g_registry;
 
+/* The thread that finalizes the interpreter (base/dbp_enter.h): this
+ * extension's own copy, set by pp_exec. */
+unsigned long dbp_enter_main_thread;
+
 /* ---- handles and fields ------------------------------------------------------------ */
 
 int pp_as_handle(PyObject *o, void **out, const char *what) {

@@ -5,19 +5,20 @@
  *
  * The trampoline is the only code C ever enters. It counts the call in the
  * owner's in-flight counter (so an owner being unregistered waits for it),
- * takes the GIL with PyGILState_Ensure (callers may be threads Python has
- * never seen), saves and restores any exception the thread already had
- * pending, and hands over to the owner's handler, which turns every Python
- * exception into a devbuf status before returning: nothing crosses into C.
- * Once the interpreter is finalizing, threads other than the finalizing one
- * do not enter Python: the `dead` handler answers instead. */
+ * enters Python through base/dbp_enter.h (callers may be threads Python has
+ * never seen: PyThreadState_EnsureFromView on the closure's interpreter view
+ * from 3.15, PyGILState_Ensure before), saves and restores any exception
+ * the thread already had pending, and hands over to the owner's handler,
+ * which turns every Python exception into a devbuf status before returning:
+ * nothing crosses into C. Once the interpreter is finalizing, threads other
+ * than the finalizing one do not enter Python, nor does any thread once it
+ * is gone: the `dead` handler answers instead. */
 #include "pyplugin.h"
 
 #include <sched.h>
 #include <time.h>
 
 _Atomic long pp_live_closures;
-unsigned long pp_main_thread;
 
 /* Owners whose callbacks this thread is inside, innermost last: an owner may
  * not be unregistered from inside its own callback (unregistering waits for
@@ -40,12 +41,12 @@ static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
   /* Once the interpreter finalizes, only the finalizing thread (the main
    * thread, e.g. freeing a buffer during module teardown) may still run
    * Python; any other thread would block forever or be terminated inside
-   * PyGILState_Ensure, with the caller's C locks held. */
-  int finalizing = dbp_compat_IsFinalizing(); /* Py_IsInitialized() is already 0 then */
-  if (finalizing ? PyThread_get_thread_ident() != pp_main_thread : !Py_IsInitialized()) {
+   * PyGILState_Ensure, with the caller's C locks held. dbp_enter refuses
+   * those (atomically from 3.15, PEP 788). */
+  dbp_entered g;
+  if (dbp_enter(&c->home, &g) < 0) {
     c->dead(c, ret, args);
   } else {
-    PyGILState_STATE g = PyGILState_Ensure();
     PyObject *st, *sv, *stb;
     PyErr_Fetch(&st, &sv, &stb);
     if (tl_depth < PP_MAX_NESTING) tl_owners[tl_depth] = c->owner;
@@ -55,7 +56,7 @@ static void trampoline(ffi_cif *cif, void *ret, void **args, void *user_data) {
     if (PyErr_Occurred()) /* a handler bug: report it rather than leak it into the caller */
       PyErr_WriteUnraisable(c->callable ? c->callable : Py_None);
     PyErr_Restore(st, sv, stb);
-    PyGILState_Release(g);
+    dbp_leave(&g);
   }
   /* Last touch of anything the owner may free. */
   atomic_fetch_sub(inflight, 1);
@@ -79,7 +80,12 @@ PpClosure *pp_closure_new(const char *sig, PyObject *callable, pp_handler handle
   c->inflight = inflight;
   c->slot = -1;
   snprintf(c->name, sizeof c->name, "%s", name);
+  memset(&c->home, 0, sizeof c->home); /* dropping an untaken home is a no-op */
   PyObject_GC_Track(c);
+  if (dbp_home_take(&c->home) < 0) {
+    Py_DECREF(c);
+    return NULL;
+  }
   if (pp_sig_parse(sig, &c->sig) < 0) {
     Py_DECREF(c);
     return NULL;
@@ -123,6 +129,7 @@ void pp_closure_release(PpClosure *c) {
     atomic_fetch_sub(&pp_live_closures, 1);
   }
   Py_CLEAR(c->callable);
+  dbp_home_drop(&c->home); /* no call can be in flight: the closure is gone */
 }
 
 void pp_quiesce(_Atomic long *inflight) {

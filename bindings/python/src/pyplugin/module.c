@@ -180,9 +180,10 @@ static PyMethodDef methods[] = {
 
 /* Multi-phase, so that the check below runs in the importing interpreter
  * (3.13 runs a single-phase PyInit in the main interpreter even for an
- * import from a subinterpreter) and before anything is made: plugin threads
- * enter Python through PyGILState_Ensure, which knows only the main
- * interpreter, and the registry is process-wide. Refused there, a
+ * import from a subinterpreter) and before anything is made: the registry
+ * is process-wide, and a plugin is one table for every interpreter (before
+ * 3.15, plugin threads enter Python through PyGILState_Ensure, which knows
+ * only the main interpreter). Refused there, a
  * subinterpreter leaves no object of its own behind (issue 24). */
 static int pp_exec(PyObject *m) {
   if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
@@ -192,16 +193,7 @@ static int pp_exec(PyObject *m) {
     return -1;
   }
   if (PyType_Ready(&PpClosure_Type) < 0) return -1;
-  {
-    PyObject *threading = PyImport_ImportModule("threading");
-    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
-    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
-    pp_main_thread = ident ? PyLong_AsUnsignedLong(ident) : 0;
-    Py_XDECREF(threading);
-    Py_XDECREF(main);
-    Py_XDECREF(ident);
-    if (PyErr_Occurred()) return -1;
-  }
+  if (dbp_enter_init() < 0) return -1; /* the finalizing thread, for the trampoline */
   if (g_registry == NULL && (g_registry = PyDict_New()) == NULL) return -1; /* once per process */
   if (PyModule_AddObjectRef(m, "_registry", g_registry) < 0) return -1;
   if (PyModule_AddObjectRef(m, "Closure", (PyObject *)&PpClosure_Type) < 0) return -1;

@@ -14,8 +14,8 @@
  *                "Extension functions"), ext-function listing and calls.
  *   closure.c    PpClosure: ONE refcounted object owns an ffi_closure, its
  *                ffi_cif, its type array, its parsed signature and the
- *                callable; the generic trampoline takes the GIL and counts
- *                calls in flight.
+ *                callable; the generic trampoline enters Python
+ *                (base/dbp_enter.h) and counts calls in flight.
  *   table.c      PpTable: a Python object turned into a devbuf_plugin_table.
  *   namespace.c  PpNamespace: a Python dtype namespace interpreter (table.c
  *                and namespace.c, the closures' owners, are one layer).
@@ -33,6 +33,7 @@
 
 #include "base/dbp_compat.h"
 #include "base/dbp_lock.h"
+#include "base/dbp_enter.h"
 
 #include <ffi.h>
 #include <stdatomic.h>
@@ -68,7 +69,8 @@ typedef struct PpClosure PpClosure;
 /* Runs with the GIL held. `ret` and `args` are libffi's. */
 typedef void (*pp_handler)(PpClosure *c, void *ret, void **args);
 /* Runs WITHOUT the GIL when this thread can no longer enter Python (the
- * interpreter is finalizing in another thread):
+ * interpreter is finalizing in another thread, or is gone: dbp_enter
+ * refused):
  * must answer without touching Python. */
 typedef void (*pp_dead_handler)(PpClosure *c, void *ret, void **args);
 
@@ -85,6 +87,7 @@ struct PpClosure {
   _Atomic long *inflight; /* the owner's counter of calls in flight */
   int slot;             /* table slot number, or -1 */
   char name[64];        /* "mem_alloc", "ext:mapping_info", "interpret" */
+  dbp_home home;        /* where the trampoline enters Python (base/dbp_enter.h) */
 };
 
 extern PyTypeObject PpClosure_Type;
@@ -95,8 +98,6 @@ PpClosure *pp_closure_new(const char *sig, PyObject *callable, pp_handler handle
                           const char *name);
 /* Free the ffi closure and drop the callable. Only once C can no longer call it. */
 void pp_closure_release(PpClosure *c);
-/* threading.main_thread().ident: the thread that finalizes the interpreter. */
-extern unsigned long pp_main_thread;
 /* Closures alive (armed) in the process, for leak tests. */
 extern _Atomic long pp_live_closures;
 
