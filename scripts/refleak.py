@@ -53,6 +53,7 @@ import gc
 import os
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -192,10 +193,31 @@ class Hunt:
         session._setupstate.teardown_exact(nextitem)
         return True
 
+    def _run_group(self, group, body):
+        """One run of `group`, unreported; the first failure, or None."""
+        from _pytest.runner import runtestprotocol
+        bad = None
+        for j, it in enumerate(group):
+            nxt = group[j + 1] if j + 1 < len(group) else _Parent(it)
+            sections = list(it._report_sections)
+            if body:
+                reports = runtestprotocol(it, log=False, nextitem=nxt)
+                bad = bad or next((f"{it.nodeid} ({r.when})" for r in reports if r.failed), None)
+            else:
+                # The same hooks around an empty body: pytest's own cost.
+                it.runtest = _nothing
+                try:
+                    runtestprotocol(it, log=False, nextitem=nxt)
+                finally:
+                    del it.runtest
+            it._report_sections[:] = sections
+            del sections, nxt
+            reports = None
+        return bad
+
     def _runs(self, group, body, warm):
         """Deltas of each gauge over warm + repeats runs of `group`; the
         counted ones (the last `repeats`) only."""
-        from _pytest.runner import runtestprotocol
         n = warm + self.repeats
         # As regrtest: the deltas go into lists made beforehand, as pooled
         # ints, so that keeping them does not itself grow the gauges.
@@ -204,22 +226,13 @@ class Hunt:
         bad = None
         before = snapshot()
         for i in range(n):
-            for j, it in enumerate(group):
-                nxt = group[j + 1] if j + 1 < len(group) else _Parent(it)
-                sections = list(it._report_sections)
-                if body:
-                    reports = runtestprotocol(it, log=False, nextitem=nxt)
-                    bad = bad or next((f"{it.nodeid} ({r.when})" for r in reports if r.failed), None)
-                else:
-                    # The same hooks around an empty body: pytest's own cost.
-                    it.runtest = _nothing
-                    try:
-                        runtestprotocol(it, log=False, nextitem=nxt)
-                    finally:
-                        del it.runtest
-                it._report_sections[:] = sections
-                del sections, nxt
-                reports = None
+            # The repeats run inside the protocol of the module's last test,
+            # whose warnings pytest records (catch_warnings(record=True)): a
+            # list of its own per run, with the same filters, is dropped at
+            # the run's end, so that a warning is not mistaken for a leak.
+            with warnings.catch_warnings(record=True):
+                failed = self._run_group(group, body)
+            bad = bad or failed
             after = snapshot()
             for g in range(3):
                 if after[g] is not None:

@@ -20,6 +20,12 @@ DEBUG = hasattr(sys, "gettotalrefcount")
 
 MODULES = {
     "test_clean.py": """
+        import warnings
+
+        def test_warns_each_run():
+            # pytest records every DeprecationWarning of a test: not a leak of its.
+            warnings.warn("a warning in every run", DeprecationWarning)
+
         def test_allocates_and_frees():
             x = [object() for _ in range(100)]
             d = {i: str(i) for i in range(100)}
