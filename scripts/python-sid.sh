@@ -9,6 +9,8 @@
 #                                         `leaks` runs on 3.14d only)
 #   SID_TESTS="tests/python/test_view.py" only these tests (default: the
 #                                         whole of tests/python)
+#   SID_REFLEAK=test_view.py,test_capi.py the modules the leak hunt repeats
+#                                         (default: refleak.py's DEFAULT list)
 #
 # The root is made once and cached OUTSIDE the clone, under
 # ${DEVBUF_CACHE:-~/.cache/devbuf}/sid-root-KEY, KEY a hash of the mirror and
@@ -26,8 +28,13 @@
 #                     hash; a new pin makes a new venv, in the cached root)
 # then examples/taste.py, devbuf-info, and the WHOLE Python suite
 # (tests/python). On 3.14d, the debug interpreter, the suite runs with
-# CPython's assertions on, and scripts/refleak.py repeats each test module in
-# one process and compares sys.gettotalrefcount() between the repeats.
+# CPython's assertions on. With the `leaks` step, scripts/refleak.py rides
+# in that same pytest session as a plugin: after the suite's own run of each
+# hunted module it repeats the module's quick tests, in the manner of
+# CPython's `regrtest -R`, and compares allocated blocks, open descriptors and
+# sys.gettotalrefcount() between the repeats; the step is green when no
+# module leaks (its verdict: build-sid/refleak-3.14d.log). `leaks` without
+# `suite` runs the hunt alone, over the hunted modules only.
 #
 # Needs root (debootstrap, chroot, mount namespaces) and the package indexes
 # (Debian's archive, PyPI). Last line, always: "python-sid: N passed, M failed".
