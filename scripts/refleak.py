@@ -1,6 +1,6 @@
 """Reference-leak hunt over devbuf's own test modules, in the manner of
 CPython's `regrtest -R`: each module's tests run several times in ONE pytest
-session, and what the process holds after each run is compared with what it
+run (one process), and what the process holds after each run is compared with what it
 held before it.
 
     python3.14-dbg scripts/refleak.py [--warmups 2] [--repeats 3] [--slow 2] [PATH ...]
@@ -13,7 +13,7 @@ the further runs. PATH defaults to the modules of DEFAULT; --refleak takes
 
 How a module is measured (the -R rules):
   * the module's tests run once as the suite runs them (reported as usual),
-    then, unreported, with the module's and the session's fixtures kept (as
+    then, unreported, with the module's and the wider fixtures kept (as
     when one test follows another): the baseline's 1 + repeats runs, then
     (warmups - 1) + repeats runs of the tests themselves;
   * tests slower than --slow seconds in the suite's run (subprocesses, long
@@ -30,7 +30,7 @@ How a module is measured (the -R rules):
     rule: [5, 5, 6] and [10, 1, 1] are leaks, [3, 0, 0] and [8, -8, 1]
     are noise);
   * the baseline, the harness's own growth per run, is measured in the same
-    session right before: the same runs with each test's body replaced by
+    pytest run right before: the same runs with each test's body replaced by
     nothing (its fixtures still set up and torn down), one warm-up and
     `repeats` counted. A gauge leaks only where every counted run also
     exceeds what every counted baseline run grew (the harness's steady
@@ -160,7 +160,7 @@ class Hunt:
         return os.path.basename(path) in names
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, session, config, items):
+    def pytest_collection_modifyitems(self, items):
         for it in items:
             path = str(it.path)
             if self._selected(path):
@@ -187,10 +187,10 @@ class Hunt:
         # The suite's own run of the module's last test; the module stays set up.
         runtestprotocol(item, nextitem=_Parent(item))
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-        session = item.session
-        if not (session.shouldfail or session.shouldstop):
+        if not (item.session.shouldfail or item.session.shouldstop):
             self._hunt(path, self.groups[path])
-        session._setupstate.teardown_exact(nextitem)
+        # Now the module's fixtures go, as after any last test of a module.
+        item.session._setupstate.teardown_exact(nextitem)
         return True
 
     def _run_group(self, group, body):
@@ -345,7 +345,7 @@ def pytest_addoption(parser):
     g.addoption("--refleak-report", metavar="FILE", default=None, help="write the hunt's lines here too")
 
 
-_LAST = {}  # the hunt of the last session, for main()
+_LAST = {}  # the hunt of the last pytest run, for main()
 
 
 def pytest_configure(config):
