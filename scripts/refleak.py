@@ -289,8 +289,13 @@ class Hunt:
         if verdicts:
             self.leaking += 1
             self._say(f"LEAK {name} [{', '.join(verdicts)}]: {fig}{took}")
-            # Which tests: each one repeated alone, by the same rule.
-            for it in group:
+            # Which tests: each one repeated alone, by the same rule, for a
+            # minute at most (a module of many tests says where to look).
+            t1 = time.monotonic()
+            for k, it in enumerate(group):
+                if time.monotonic() - t1 > 60:
+                    self._say(f"  ({len(group) - k} more tests not tried alone: a minute is up)")
+                    break
                 one, bad = self._runs([it], body=True, warm=1)
                 named = [gauge for g, gauge in enumerate(GAUGES) if g < 3 and one[g] is not None
                          and gauge in verdicts and grows(one[g])]
