@@ -29,7 +29,7 @@
 # then examples/taste.py, devbuf-info, and the WHOLE Python suite
 # (tests/python). On 3.14d, the debug interpreter, the suite runs with
 # CPython's assertions on. With the `leaks` step, scripts/refleak.py rides
-# in that same pytest session as a plugin: after the suite's own run of each
+# in that same pytest run as a plugin: after the suite's own run of each
 # hunted module it repeats the module's quick tests, in the manner of
 # CPython's `regrtest -R`, and compares allocated blocks, open descriptors and
 # sys.gettotalrefcount() between the repeats; the step is green when no

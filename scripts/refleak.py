@@ -85,8 +85,10 @@ def _cleanup():
         f()
     clear = getattr(sys, "_clear_internal_caches", None) or sys._clear_type_cache
     clear()
-    for _ in range(3):
-        gc.collect()
+    # One full collection: on a debug interpreter each one checks its lists
+    # (seconds with the whole suite's imports loaded), and the warm-ups and
+    # the every-run rule absorb what a second one would still free.
+    gc.collect()
 
 
 def _fds():
