@@ -49,6 +49,7 @@ A module whose tests fail on a repeat cannot be measured: it is reported as
 such and fails the hunt, like a leak. Last line of the report:
 "refleak: N modules, M leaking, U unmeasured (...)".
 """
+import array
 import gc
 import os
 import sys
@@ -128,8 +129,6 @@ class _Parent:
 def _nothing():
     """The body of a test in the baseline runs: the harness alone."""
 
-
-_POOL = {}
 
 
 class Hunt:
@@ -221,10 +220,10 @@ class Hunt:
         """Deltas of each gauge over warm + repeats runs of `group`; the
         counted ones (the last `repeats`) only."""
         n = warm + self.repeats
-        # As regrtest: the deltas go into lists made beforehand, as pooled
-        # ints, so that keeping them does not itself grow the gauges.
-        deltas = [[0] * n for _ in GAUGES]
-        pool = _POOL
+        # The deltas go into C arrays made beforehand: keeping them makes no
+        # Python object (a new int, or a pool entry as in regrtest, would be
+        # counted in the next run's blocks).
+        deltas = [array.array("q", bytes(8 * n)) for _ in GAUGES]
         bad = None
         before = snapshot()
         for i in range(n):
@@ -238,11 +237,10 @@ class Hunt:
             after = snapshot()
             for g in range(3):
                 if after[g] is not None:
-                    d = after[g] - before[g]
-                    deltas[g][i] = pool.setdefault(d, d)
+                    deltas[g][i] = after[g] - before[g]
             before = after
             after = None
-        deltas = [None if before[g] is None else deltas[g][warm:] for g in range(3)]
+        deltas = [None if before[g] is None else list(deltas[g][warm:]) for g in range(3)]
         return deltas, bad
 
     def _hunt(self, path, group):
