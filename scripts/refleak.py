@@ -62,12 +62,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(os.path.dirname(HERE), "tests", "python")
 # The modules that drive devbuf's C code (buffers, views, DLPack, the
 # array interfaces, Arrow, pickle, formats, lifetimes, the C API).
+# Left out until their tests settle every producer they make:
+# test_dlpack_header.py and test_consumer_edges.py. Their producer, the
+# conformance kit's adversarial one (devbuf.check), makes capsules without a
+# destructor and keeps each tensor in a registry until its deleter runs or
+# the test calls settle(); a tensor devbuf refuses is never deleted there, so
+# these modules grow by that registry (about 250 blocks a test in
+# test_dlpack_header.py), which hides anything devbuf itself might leak.
 DEFAULT = [
     "test_device_buffer.py", "test_view.py", "test_interop_dlpack.py",
     "test_buffer_rules.py", "test_lifetimes.py", "test_arrow.py", "test_pickle.py",
     "test_format_api.py", "test_format_complex.py", "test_format_struct.py",
-    "test_consumer_edges.py", "test_capi.py", "test_backport.py", "test_dlpack_header.py",
-    "test_zero_dim.py",
+    "test_capi.py", "test_backport.py", "test_zero_dim.py",
 ]
 GAUGES = ("references", "blocks", "fds")
 
