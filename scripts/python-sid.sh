@@ -9,6 +9,8 @@
 #                                         `leaks` runs on 3.14d only)
 #   SID_TESTS="tests/python/test_view.py" only these tests (default: the
 #                                         whole of tests/python)
+#   SID_REFLEAK=test_view.py,test_capi.py the modules the leak hunt repeats
+#                                         (default: refleak.py's DEFAULT list)
 #
 # The root is made once and cached OUTSIDE the clone, under
 # ${DEVBUF_CACHE:-~/.cache/devbuf}/sid-root-KEY, KEY a hash of the mirror and
@@ -26,8 +28,13 @@
 #                     hash; a new pin makes a new venv, in the cached root)
 # then examples/taste.py, devbuf-info, and the WHOLE Python suite
 # (tests/python). On 3.14d, the debug interpreter, the suite runs with
-# CPython's assertions on, and scripts/refleak.py repeats each test module in
-# one process and compares sys.gettotalrefcount() between the repeats.
+# CPython's assertions on. With the `leaks` step, scripts/refleak.py rides
+# in that same pytest run as a plugin: after the suite's own run of each
+# hunted module it repeats the module's quick tests, in the manner of
+# CPython's `regrtest -R`, and compares allocated blocks, open descriptors and
+# sys.gettotalrefcount() between the repeats; the step is green when no
+# module leaks (its verdict: build-sid/refleak-3.14d.log). `leaks` without
+# `suite` runs the hunt alone, over the hunted modules only.
 #
 # Needs root (debootstrap, chroot, mount namespaces) and the package indexes
 # (Debian's archive, PyPI). Last line, always: "python-sid: N passed, M failed".
@@ -169,7 +176,16 @@ for t in "${TAGS[@]}"; do
     # The whole suite; -rfEs lists every failure, error and skip with its reason.
     tests=()
     for x in ${SID_TESTS:-tests/python}; do tests+=("/src/$x"); done
-    if in_root "$SIDROOT" "${envs[@]}" "$py" -m pytest -v -rfEs -p no:cacheprovider "${tests[@]}" \
+    # On 3.14d with the leaks step, this run is also the leak hunt's first run
+    # of each hunted module (scripts/refleak.py as a plugin): the hunt adds
+    # only its further runs, and its verdict is the leaks step's.
+    hunt=()
+    rm -f "$OUT/refleak-$t.log"
+    if has_step leaks && [[ "$t" == 3.14d ]]; then
+      hunt=(-p refleak "--refleak=${SID_REFLEAK:-default}" "--refleak-report=/build/refleak-$t.log")
+    fi
+    if in_root "$SIDROOT" "${envs[@]}" PYTHONPATH="/build/$t/python:/src/scripts" \
+         "$py" -m pytest -v -rfEs -p no:cacheprovider "${hunt[@]}" "${tests[@]}" \
          >"$OUT/pytest-$t.log" 2>&1; then
       pass "$t: tests/python: $(tail -n 1 "$OUT/pytest-$t.log" | tr -d =)"
     else
@@ -179,11 +195,22 @@ for t in "${TAGS[@]}"; do
     grep '^SKIPPED' "$OUT/pytest-$t.log" | sed 's/^/    /'
   fi
   if has_step leaks && [[ "$t" == 3.14d ]]; then
-    if in_root "$SIDROOT" "${envs[@]}" "$py" /src/scripts/refleak.py >"$OUT/refleak-$t.log" 2>&1; then
-      pass "$t: reference leaks: $(tail -n 1 "$OUT/refleak-$t.log")"
+    if ! has_step suite; then
+      # The hunt alone: the hunted modules (SID_TESTS, else refleak.py's list).
+      paths=()
+      for x in ${SID_TESTS:-}; do paths+=("/src/$x"); done
+      rm -f "$OUT/refleak-$t.log"
+      in_root "$SIDROOT" "${envs[@]}" "$py" /src/scripts/refleak.py --report "/build/refleak-$t.log" \
+        "${paths[@]}" >"$OUT/refleak-run-$t.log" 2>&1
+    fi
+    # Green only with every hunted module measured and none leaking.
+    verdict="$(tail -n 1 "$OUT/refleak-$t.log" 2>/dev/null)"
+    if [[ "$verdict" =~ ^refleak:\ [1-9][0-9]*\ modules,\ 0\ leaking,\ 0\ unmeasured ]]; then
+      pass "$t: reference leaks: $verdict"
     else
-      tail -n 40 "$OUT/refleak-$t.log"
-      fail "$t: reference leaks: $(tail -n 1 "$OUT/refleak-$t.log")"
+      [[ -f "$OUT/refleak-$t.log" ]] && grep -v '^ok ' "$OUT/refleak-$t.log"
+      has_step suite || tail -n 40 "$OUT/refleak-run-$t.log"
+      fail "$t: reference leaks: ${verdict:-no verdict (see $OUT/pytest-$t.log, $OUT/refleak-run-$t.log)}"
     fi
   fi
   say "$t: $(( $(date +%s) - t0 ))s"

@@ -173,8 +173,11 @@ def test_tpu_pinned_host_memory_imports_as_cpu():
 @pytest.mark.parametrize("code,name", [(19, "kDLTPU"), (21, "kDLAscend")])
 def test_tpu_and_ascend_devices_are_refused_by_name(code, name):
     a = np.arange(4, dtype=np.float32)
+    p = Producer(a, device=(code, 0))
     with pytest.raises(BufferError, match=rf"device type {code} \({name}\) has no devbuf device"):
-        devbuf.from_dlpack(Producer(a, device=(code, 0)))
+        devbuf.from_dlpack(p)
+    p.settle()  # the refused capsule is not consumed: delete its tensor, as its destructor would
+    assert p.deleted == p.made
 
 
 # ---- 3. the writable request, checked after the answer ---------------------------------------

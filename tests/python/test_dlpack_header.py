@@ -137,8 +137,11 @@ MALFORMED = [
 def test_refused_with_devbufs_message(cm, kw):
     a = np.arange(16, dtype=np.float32).reshape(4, 4)
     P = _producer_type()
+    q = P(a, **kw)
     with pytest.raises(BufferError) as theirs:
-        devbuf.from_dlpack(P(a, **kw))
+        devbuf.from_dlpack(q)
+    q.settle()  # refused, not consumed: its tensor deleted as its capsule's destructor would
+    assert q.deleted == q.made
     before = live_tensors()
     p = P(a, **kw)
     with pytest.raises(BufferError) as ours:
