@@ -91,9 +91,9 @@ other_interpreters() {
   # CPython 3.14, 3.15 and the debug 3.14-dbg: Debian sid's binary packages in a
   # sid root made with debootstrap (cached under DEVBUF_CACHE): a -Werror build,
   # the taste, devbuf-info and the whole suite on each (scripts/python-sid.sh).
-  # Its leak hunt (SID_STEPS=leaks) is run by hand: see docs/development.md.
-  stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite)" \
-    env SID_STEPS="build taste info suite" scripts/python-sid.sh
+  # The 3.14-dbg suite run also hunts reference leaks (scripts/refleak.py).
+  stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite; leak hunt on 3.14-dbg)" \
+    env SID_STEPS="build taste info suite leaks" scripts/python-sid.sh
   # ---- CPython reference (issues 25, 35): the device extension and the
   # Stable Reads capability gate inside CPython 3.13 and free-threaded 3.13t.
   # A first run fetches Debian's source (shared with the 3.13t stage), builds
