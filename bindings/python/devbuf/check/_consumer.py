@@ -180,8 +180,7 @@ def consumer(fn: ConsumerFn, protocol: str = "dlpack", *, name: Optional[str] = 
         p, make = producer_for(spec)
         feed(rid, spec, p, make, must_accept=rid == C_VALUES)
         if isinstance(p, D.Producer):
-            gc.collect()
-            p.settle()
+            _settle(p)
 
     # byte_offset: DLPack's field, or a buffer that starts past its allocation
     for dt in dtypes:
@@ -192,8 +191,7 @@ def consumer(fn: ConsumerFn, protocol: str = "dlpack", *, name: Optional[str] = 
             p = D.Producer(a, data=base.ctypes.data, byte_offset=a.ctypes.data - base.ctypes.data)
             feed(C_OFFSET, spec, p, "devbuf.check.DLPackProducer(a, data=base pointer, "
                  "byte_offset=itemsize)")
-            gc.collect()
-            p.settle()
+            _settle(p)
         else:
             feed(C_OFFSET, spec, devbuf.view(a), "devbuf.view(spec.numpy())")
 
@@ -212,8 +210,7 @@ def consumer(fn: ConsumerFn, protocol: str = "dlpack", *, name: Optional[str] = 
                    repro(spec, make) + "\nresult[...] = 0  # writes the read-only source")
     del result
     if isinstance(p, D.Producer):
-        gc.collect()
-        p.settle()
+        _settle(p)
 
     # non-host memory (devbuf.sim)
     try:
@@ -343,8 +340,7 @@ def _dlpack_only(rep: Report, fn: ConsumerFn, read: ResultReader,
             rep.failed(C_MAXV, "misread a legacy-only producer", str(spec),
                        repro(spec, "LegacyOnly(...)"))
         del r
-    gc.collect()
-    legacy.inner.settle()
+    _settle(legacy.inner)
     # a capsule already consumed, and a wrongly named one
     p = D.Producer(a, reuse_capsule=True)
     try:
@@ -361,8 +357,7 @@ def _dlpack_only(rep: Report, fn: ConsumerFn, read: ResultReader,
                    "\nagain = " + "consumer(producer)  # must raise")
         del r2
     del r1
-    gc.collect()
-    p.settle()
+    _settle(p)
     p = D.Producer(a, name=b"not_a_tensor")
     try:
         r = fn(p)
@@ -372,7 +367,16 @@ def _dlpack_only(rep: Report, fn: ConsumerFn, read: ResultReader,
         rep.failed(C_NAME, "accepted a capsule named 'not_a_tensor'", str(spec),
                    repro(spec, "DLPackProducer(spec.numpy(), name=b'not_a_tensor')"))
         del r
-    gc.collect()
+    _settle(p)
+
+
+def _settle(p: D.Producer) -> None:
+    """Collect garbage first only when a tensor of p is still alive: a result
+    caught in a reference cycle then gets its chance to call the deleter
+    before settle() does. A full collection costs tenths of a second in a
+    process with a big heap, and most consumers release by reference count."""
+    if p.pending():
+        gc.collect()
     p.settle()
 
 

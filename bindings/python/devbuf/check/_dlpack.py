@@ -210,6 +210,10 @@ class Producer:
         self.capsules.append((cap, addr))
         return cap
 
+    def pending(self) -> bool:
+        """Whether a tensor this producer made is still alive (its deleter not called)."""
+        return any(addr in _live for _, addr in self.capsules)
+
     def settle(self) -> None:
         """Delete what unconsumed capsules still own, as their destructor would."""
         for cap, addr in self.capsules:
