@@ -27,6 +27,9 @@
 DEVBUF_CACHE="${DEVBUF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/devbuf}"
 export DEVBUF_CACHE
 mkdir -p "$DEVBUF_CACHE"
+# mypy's incremental cache for tests/python/test_typing.py: NumPy's and the
+# standard library's stubs are checked once per interpreter, not per clone.
+export DEVBUF_MYPY_CACHE="${DEVBUF_MYPY_CACHE:-$DEVBUF_CACHE/mypy}"
 
 # ccache for every C/C++ build CMake configures from here on (CMake reads
 # these two variables from the environment on a first configure), with its

@@ -139,7 +139,9 @@ for t in "${TAGS[@]}"; do
   t0=$(date +%s)
   make_venv "$t" || { fail "$t: venv (see $OUT/venv-$t.log)"; continue; }
   py="$VENV/bin/python"
-  envs=(env DEVBUF_BUILD_DIR="/build/$t" PYTHONPATH="/build/$t/python")
+  # mypy's cache (test_typing.py) in the cached root, as ccache's objects.
+  envs=(env DEVBUF_BUILD_DIR="/build/$t" PYTHONPATH="/build/$t/python"
+        DEVBUF_MYPY_CACHE=/var/cache/devbuf-mypy)
   if has_step build; then
     # -Werror: a deprecation in a new CPython's headers fails the build.
     # ccache, its objects kept in the cached root: the three interpreters'
