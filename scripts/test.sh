@@ -11,8 +11,9 @@
 # the sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, ctest),
 # the ThreadSanitizer build (ctest -L tsan), the fuzzers (bounded) and the
 # Python fuzz stage (hypothesis against the ASan+UBSan extension, bounded);
-# alongside them, in a second lane (the other core): free-threaded 3.13t,
-# CPython 3.14/3.15/3.14-dbg in a Debian sid root, and the CPython reference.
+# the CPython reference (patched 3.13 and 3.13t); alongside them, in a second
+# lane (the other core): free-threaded 3.13t and CPython 3.14/3.15/3.14-dbg in
+# a Debian sid root.
 #
 # Each stage prints its elapsed time; the run ends with a table (stage,
 # result, counts, seconds), the total, "test stages: N passed, M failed, K
@@ -79,7 +80,7 @@ fi
 # ---- the second lane: the other interpreters ------------------------------
 # The machines have 2 cores, and most stages are one pytest process: these
 # stages, which build and test devbuf against interpreters of their own (in
-# build-ft/, build-sid/, build-cpython313/ and the cache), run in a second
+# build-ft/, build-sid/ and the cache), run in a second
 # lane alongside the plain, sanitizer and fuzz stages below (scripts/stage.sh:
 # stage_lane). Their output is printed when the lane ends.
 other_interpreters() {
@@ -94,17 +95,6 @@ other_interpreters() {
   # The 3.14-dbg suite run also hunts reference leaks (scripts/refleak.py).
   stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite; leak hunt on 3.14-dbg)" \
     env SID_STEPS="build taste info suite leaks" scripts/python-sid.sh
-  # ---- CPython reference (issues 25, 35): the device extension and the
-  # Stable Reads capability gate inside CPython 3.13 and free-threaded 3.13t.
-  # A first run fetches Debian's source (shared with the 3.13t stage), builds
-  # the patched interpreters (cached, see scripts/cpython313.sh); then the
-  # tests and devbuf's suites run. DEVBUF_SKIP_CPYREF=1 leaves it out of a
-  # local run (CI never sets it). See scripts/cpython-reference.sh.
-  if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
-    stage "CPython reference (patched 3.13 and 3.13t, TSan)" scripts/cpython-reference.sh
-  else
-    stage_skip "CPython reference" "DEVBUF_SKIP_CPYREF=1"
-  fi
 }
 stage_lane other_interpreters
 
@@ -171,5 +161,19 @@ stage --fatal "build (Python extension, address,undefined sanitizers)" scripts/s
   -DDEVBUF_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug
 stage "python fuzz (hypothesis, ASan+UBSan extension, bounded)" python_fuzz
 # ---- end of hardening stages ----
+
+# ---- CPython reference: the device extension and the Stable Reads capability
+# gate inside CPython 3.13 and free-threaded 3.13t. A first run fetches
+# Debian's source (shared with the 3.13t stage of the second lane), builds the
+# patched interpreters (cached, see scripts/cpython313.sh); then the tests and
+# devbuf's suites run. Last in this lane rather than in the second one, which
+# holds the three sid interpreters and the 3.13t runs: the two lanes then end
+# at about the same time. DEVBUF_SKIP_CPYREF=1 leaves it out of a local run
+# (CI never sets it). See scripts/cpython-reference.sh.
+if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
+  stage "CPython reference (patched 3.13 and 3.13t, TSan)" scripts/cpython-reference.sh
+else
+  stage_skip "CPython reference" "DEVBUF_SKIP_CPYREF=1"
+fi
 
 stage_summary
