@@ -187,7 +187,7 @@ for t in "${TAGS[@]}"; do
       hunt=(-p refleak "--refleak=${SID_REFLEAK:-default}" "--refleak-report=/build/refleak-$t.log")
     fi
     if in_root "$SIDROOT" "${envs[@]}" PYTHONPATH="/build/$t/python:/src/scripts" \
-         "$py" -m pytest -v -rfEs -p no:cacheprovider "${hunt[@]}" "${tests[@]}" \
+         "$py" -m pytest -v -rfEs --durations=15 -p no:cacheprovider "${hunt[@]}" "${tests[@]}" \
          >"$OUT/pytest-$t.log" 2>&1; then
       pass "$t: tests/python: $(tail -n 1 "$OUT/pytest-$t.log" | tr -d =)"
     else

@@ -57,7 +57,8 @@ import os, sys, devbuf
 got = os.path.realpath(os.path.dirname(devbuf.__file__))
 sys.exit(0 if got == os.path.realpath(sys.argv[1]) else f"pytest would test {got}, not {sys.argv[1]}")
 PY
-  "${PLAIN[@]}" .venv/bin/python -m pytest -q tests/python --ignore-glob='*/test_thirdparty_*'
+  # --durations: the slowest tests, where a shorter run starts.
+  "${PLAIN[@]}" .venv/bin/python -m pytest -q --durations=15 tests/python --ignore-glob='*/test_thirdparty_*'
 }
 
 stage --fatal "build (plain)" scripts/setup.sh build
