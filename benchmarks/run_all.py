@@ -57,9 +57,9 @@ def bench_list(build, quick, tmp):
 # Sections that other commands write (by hand from their output), kept as
 # they are with a note saying where they come from.
 EXTERNAL = {
-    "The device extension inside CPython (issue 25)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
-    "The capability gate inside CPython 3.13 and 3.13t (issue 35)": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
-    "Free-threaded CPython (issue 29)": "FT_BENCH=1 FT_STEPS=bench scripts/python-ft.sh",
+    "The device extension inside CPython": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
+    "The capability gate inside CPython 3.13 and 3.13t": "CPYREF_BENCH=1 scripts/cpython-reference.sh",
+    "Free-threaded CPython": "FT_BENCH=1 FT_STEPS=bench scripts/python-ft.sh",
 }
 
 
@@ -216,8 +216,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for title, script, argv, style, jpath in bench_list(a.build, a.quick, tmp):
             cmd = [PY, script] + argv
-            shown = " ".join([".venv/bin/python", script] + [x for x in argv if not x.startswith(tmp)
-                                                              and not (x == "--json")])
+            # Paths under the checkout are shown relative to it (a reader's checkout is elsewhere).
+            shown = " ".join([".venv/bin/python", script] + [
+                os.path.relpath(x, ROOT) if x.startswith(ROOT + os.sep) else x
+                for x in argv if not x.startswith(tmp) and not (x == "--json")])
             if not os.path.exists(os.path.join(ROOT, script)):
                 print(f"[bench] {title}: {script} does not exist yet, skipped", file=sys.stderr)
                 continue

@@ -162,8 +162,8 @@ for v in patched patched-t; do
 done
 
 # ---- 5. the patched 3.13t under ThreadSanitizer (CPYREF_TSAN=0: skipped) ---
-# On by default since issue 35 asks the series to hold under TSan on every
-# run: the three buffer modules, where the series' code runs (about 7 min
+# On by default because the series must hold under TSan on every run:
+# the three buffer modules, where the series' code runs (about 7 min
 # cold: the TSan build, then 2-3 min of tests). The whole list of 11 modules
 # takes about 23 min; CPYREF_TSAN_TESTS runs it (docs/cpython-reference.md).
 # cpython/tests/tsan.sh: the tests pass and TSan reports nothing that

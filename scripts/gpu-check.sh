@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole GPU proof of devbuf.cuda in one command (issue 17): build, versions,
+# The whole GPU proof of devbuf.cuda in one command: build, versions,
 # conformance and the CUDA C tests, the real-interop tests with PyTorch, CuPy and
 # JAX, bench_cuda and the Python interop benchmark, the conformance kit
-# (devbuf.check, issue 34) on CuPy and PyTorch CUDA arrays; a report in
+# (devbuf.check) on CuPy and PyTorch CUDA arrays; a report in
 # Markdown + JSON.
 #
 #   scripts/gpu-check.sh           on a machine with an NVIDIA GPU
@@ -221,7 +221,7 @@ else
   step bench_cuda_interop 120 "${RUNENV[@]}" "$PY" benchmarks/cuda/bench_cuda_interop.py "${iargs[@]}"
 fi
 
-# ---- the conformance kit on CUDA arrays (issue 34) ---------------------------------------
+# ---- the conformance kit on CUDA arrays ---------------------------------------
 # Last, each with its own limit: the library's findings must not cost the
 # benchmarks above their time. Failing rules are findings (the report's kit
 # section), not a failed step; a kit that could not run is.

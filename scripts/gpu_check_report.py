@@ -276,7 +276,7 @@ def report(a):
     lines += ["", "## bench_cuda", ""]
     g = goals(bench)
     if g and not fake:
-        lines += ["Goals (issue 17): " + "; ".join(g) + ".", ""]
+        lines += ["Goals: " + "; ".join(g) + ".", ""]
     bmd = work / "bench_cuda.md"
     lines += [bmd.read_text().replace("## CUDA", "### Run").strip() if bmd.exists()
               else "No results (see Steps).", ""]

@@ -29,7 +29,7 @@ def main(argv):
 
     # Every extension module it installed imports: `import devbuf` alone
     # loads only _devbuf, and a C API the interpreter lacks shows up only as
-    # `undefined symbol` when the module is loaded (issue 24).
+    # `undefined symbol` when the module is loaded.
     import importlib
     import importlib.machinery
     exts = sorted(f for f in os.listdir(pkg)

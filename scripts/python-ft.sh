@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # python-ft.sh: free-threaded CPython 3.13 from Debian's source, and devbuf's
-# suite on it with the GIL off (issue 29).
+# suite on it with the GIL off.
 #
 #   scripts/python-ft.sh            fetch (once), build (cached), test
 #   FT_TSAN=1 scripts/python-ft.sh  also build a ThreadSanitizer interpreter

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPython matrix (issues 14 and 24): build devbuf against every pyenv
+# The CPython matrix: build devbuf against every pyenv
 # CPython from 3.9 to 3.13 and run a fast subset of tests/python on each.
 # The full suite runs on 3.11 (the project's .venv) in scripts/test.sh.
 #

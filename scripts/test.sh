@@ -85,7 +85,7 @@ fi
 # lane alongside the plain, sanitizer and fuzz stages below (scripts/stage.sh:
 # stage_lane). Their output is printed when the lane ends.
 other_interpreters() {
-  # Free-threaded CPython 3.13t (issue 29): built from Debian trixie's python3.13
+  # Free-threaded CPython 3.13t: built from Debian trixie's python3.13
   # source (cached; a first run adds about 5 minutes on 2 cores), then devbuf's
   # whole suite and the stress suite with the GIL off, and a check that
   # importing devbuf leaves it off.
@@ -106,7 +106,7 @@ stage "pytest" pytest_plain
 # so that a regression against them is named as such.
 stage "third-party suites (NumPy + array API DLPack, CPython struct)" \
   "${PLAIN[@]}" .venv/bin/python -m pytest -q tests/python/test_thirdparty_*.py
-# The conformance kit (issue 34) on the pinned libraries and on devbuf's own
+# The conformance kit on the pinned libraries and on devbuf's own
 # types: devbuf must pass every rule, and the libraries must fail exactly the
 # rules docs/conformance-report.md triages (a new failure or an upstream fix
 # fails the stage until the report is updated). About 15 s.
@@ -117,10 +117,10 @@ stage "conformance kit (devbuf.check on the pinned libraries, the standard libra
 # with warnings as errors (Sphinx + MyST, requirements-docs.txt).
 docs_stage() { .venv/bin/python scripts/check_doc_samples.py && scripts/docs-build.sh build; }
 stage "docs (samples: scripts/check_doc_samples.py; build: scripts/docs-build.sh)" docs_stage
-# Every other CPython (issues 14, 24): build, taste and a fast subset on
+# Every other CPython: build, taste and a fast subset on
 # pyenv's 3.9-3.13 (venvs cached).
 stage "CPython matrix (3.9-3.13, fast subset)" scripts/test-matrix.sh
-# The GPU check (issue 17) over the fake libcuda, on the plain build just
+# The GPU check over the fake libcuda, on the plain build just
 # made: the script for GPU machines must not rot between runs on one.
 stage "GPU check, dry run (scripts/gpu-check.sh --fake)" env OUT= scripts/gpu-check.sh --fake
 
@@ -130,7 +130,7 @@ stage "ctest (address,undefined sanitizers)" \
   env ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   ctest --test-dir build-asan --output-on-failure -j"$JOBS" --timeout 600 -LE no_sanitizer
 
-# ---- hardening (issue 10): ThreadSanitizer stage, then the fuzzers, bounded ----
+# ---- hardening: ThreadSanitizer stage, then the fuzzers, bounded ----
 # TSan runs the tests labelled `tsan` (threads in the loader, sim, conformance
 # suite, GPU fakes, tests/stress, fuzz replays); each fuzz target then runs for
 # DEVBUF_FUZZ_SECONDS (default 20) from its seed corpus and regress/ inputs.
@@ -144,7 +144,7 @@ stage --fatal "build (fuzz targets: clang, libFuzzer + ASan + UBSan)" scripts/se
 stage "fuzz (every target, bounded)" \
   ctest --test-dir build-fuzz --output-on-failure -j"$JOBS" -R '^fuzz_' -E '_replay$'
 
-# ---- Python fuzz (issue 20): the extension built with ASan + UBSan, loaded
+# ---- Python fuzz: the extension built with ASan + UBSan, loaded
 # into the plain interpreter with the sanitizer runtimes preloaded; the
 # hardening regressions, then each hypothesis target (tests/python/pyfuzz.py)
 # for DEVBUF_PYFUZZ_SECONDS (default 20). Leaks are the interpreter's: off.

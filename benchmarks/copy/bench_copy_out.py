@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """to_host(out=...) into memory the caller already has, against a warm np.copyto, same run.
 
-For each size and each of cpu and devbuf.sim (issue 31's goal: at least 0.9x):
+For each size and each of cpu and devbuf.sim (the goal: at least 0.9x):
   baseline   numpy.copyto(dst, src) of the same bytes, both arrays warm (one memcpy)
   out=numpy  buf.to_host(out=dst), dst a warm, preallocated NumPy array
   out=stage  buf.to_host(out=st), st a warm devbuf.HostStaging(device, n) from the plugin

@@ -1,4 +1,4 @@
-/* bench_cuda: the GPU figures of issues 8 and 17, measured in one run.
+/* bench_cuda: the GPU figures of devbuf.cuda, measured in one run.
  *
  *   bench_cuda [--plugin PATH] [--device N] [--iters N] [--pairs N]
  *              [--max-size BYTES] [--json PATH]
@@ -9,7 +9,7 @@
  *    memory, interleaved so that all four see the same clocks and bus. The
  *    plugin's pinned side is the staging memory its host_alloc gives, the
  *    raw side cuMemHostAlloc memory.
- *    Goals (issue 17): D2H pinned >= 0.95x raw, and >= 0.85 x 63 GB/s
+ *    Goals: D2H pinned >= 0.95x raw, and >= 0.85 x 63 GB/s
  *    (PCIe Gen5 x16).
  * 2. Allocate+free: mem_alloc + mem_free on one stream, in a loop,
  *    microseconds per pair; with the plugin's pool, against raw

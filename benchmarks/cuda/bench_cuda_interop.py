@@ -1,4 +1,4 @@
-"""Cost of taking a PyTorch CUDA tensor into devbuf (issue 17), against the
+"""Cost of taking a PyTorch CUDA tensor into devbuf, against the
 same run's baselines: torch consuming its own tensor through DLPack
 (torch.utils.dlpack), and cuda.core's StridedMemoryView where importable.
 

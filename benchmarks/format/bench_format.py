@@ -167,10 +167,10 @@ STRUCTURED_NP = [
     ("nested + subarray", "T{<i:a:T{<H:b:<B:c:}:sub:(4,4)<f:m:}"),
 ]
 CUSTOM = ["[devbuf$bfloat16]", "[numpy$x;devbuf$float8_e4m3fn]", "(2,2)[devbuf$bfloat16]:w:"]
-# devbuf.parse_format (issue 16): plain formats of five codes against
+# devbuf.parse_format: plain formats of five codes against
 # struct.Struct(f), record formats against NumPy's reader.
 FIVE = ["bhiqd", "<iHdQf", "=cBhId"]
-RECORDS = [("issue 16 example (default mode)", "T{i:a:(2)d:b:}", "default"),
+RECORDS = [("the goal's example (default mode)", "T{i:a:(2)d:b:}", "default"),
            ("record (packed), NumPy mode", "T{<d:x:<d:y:<i:id:5s:name:}", "numpy"),
            ("nested + subarray, NumPy mode", "T{<i:a:T{<H:b:<B:c:}:sub:(4,4)<f:m:}", "numpy")]
 
@@ -249,7 +249,7 @@ def main():
                 rows.append({"group": "structured", "format": f, "name": name,
                              "devbuf_parse": ours, "devbuf_itemsize": ours_size, "numpy": theirs})
 
-        # ---- devbuf.parse_format, as a Python user calls it (issue 16) --------------------
+        # ---- devbuf.parse_format, as a Python user calls it --------------------
         try:
             import devbuf as devbuf_pkg
             parse = devbuf_pkg.parse_format
@@ -355,7 +355,7 @@ def render(rows, crows, lib, has_pkg):
     pf_plain = [r for r in rows if r["group"] == "pf_plain"]
     pf_rec = [r for r in rows if r["group"] == "pf_record"]
     if pf_plain or pf_rec:
-        lines.append("`devbuf.parse_format` as a Python user calls it (issue 16): the returned "
+        lines.append("`devbuf.parse_format` as a Python user calls it: the returned "
                      "`devbuf.Format` is a C object whose attributes are made on first read. "
                      "Medians of interleaved rounds, ns per call, thread CPU time.")
         lines.append("")

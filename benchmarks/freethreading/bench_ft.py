@@ -1,5 +1,5 @@
-"""Per-call cost and thread scaling on whatever interpreter runs this file
-(issue 29): scripts/python-ft.sh runs it on the default and the free-threaded
+"""Per-call cost and thread scaling on whatever interpreter runs this file:
+scripts/python-ft.sh runs it on the default and the free-threaded
 build of the same CPython 3.13 source, one after the other, and prints the
 ratios (docs/benchmarks.md, "Free-threaded CPython").
 

@@ -3,7 +3,7 @@ free-threaded build (scripts/python-ft.sh with FT_BENCH=1 writes both)."""
 import json
 import sys
 
-GOAL_PER_CALL = 1.3  # issue 29: at most 1.3x on 3.13t
+GOAL_PER_CALL = 1.3  # the goal: at most 1.3x on 3.13t
 GOAL_SCALING = {"2 threads, own objects / 1 thread": 1.8,
                 "2 threads, one shared DeviceBuffer / 1 thread": 1.8,
                 # CPython's own exporter, for comparison: no goal.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Whole-process wall time of devbuf-info, against baselines measured in the
-same run (issue 3: goal < 50 ms with every plugin present and no GPU).
+same run (goal: < 50 ms with every plugin present and no GPU).
 
     bench_info.py [--build DIR] [--runs N] [--write-doc docs/benchmarks.md]
 
@@ -132,7 +132,7 @@ def main():
     lines.append("")
     lines.append("Whole-process wall time of `devbuf-info` (spawn to exit, output to "
                  "/dev/null), median of %d runs after %d warm-up rounds, commands "
-                 "interleaved. Goal (issue 3): under 50 ms with every plugin present and no "
+                 "interleaved. Goal: under 50 ms with every plugin present and no "
                  "GPU." % (a.runs, a.warmup))
     lines.append("")
     lines.append("- Command: `.venv/bin/python benchmarks/info/bench_info.py --build %s "
@@ -186,7 +186,7 @@ def main():
                      "parallel child processes (the default; `--in-process` probes one "
                      "after another on the calling thread), so with idle cores the wall "
                      "time approaches the slowest probe rather than their sum. The default "
-                     "does not wait for a probe child's exit once its result is in (issue 16), "
+                     "does not wait for a probe child's exit once its result is in, "
                      "so the CPU column of the forked runs leaves out the children still "
                      "exiting when devbuf-info ends (a child's CPU is counted only when it is "
                      "reaped); `--in-process` shows the whole: %.1f ms CPU for %.1f ms wall."
@@ -196,7 +196,7 @@ def main():
     if clinfo:
         r = base / med("clinfo -l")
         lines.append("")
-        lines.append("Goal (issue 16): `devbuf-info` at most 1.2x `clinfo -l`, same run: %.2fx, %s."
+        lines.append("Goal: `devbuf-info` at most 1.2x `clinfo -l`, same run: %.2fx, %s."
                      % (r, "met" if r <= 1.2 else "MISSED by %.0f%%" % ((r / 1.2 - 1) * 100)))
     text = "\n".join(lines) + "\n"
     print(text)

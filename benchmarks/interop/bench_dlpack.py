@@ -84,14 +84,14 @@ def main():
     print()
     goals = {"import: devbuf.from_dlpack / np.from_dlpack": 1.0,
              "export: np.from_dlpack(devbuf) / np.from_dlpack(np)": 1.2}
-    print("| ratio (medians of interleaved rounds) | value | goal (issue 16) |")
+    print("| ratio (medians of interleaved rounds) | value | goal |")
     print("|---|---:|---|")
     for k, v in ratios.items():
         g = goals[k]
         verdict = "met" if v <= g else f"MISSED by {(v / g - 1) * 100:.0f}%"
         print(f"| {k} | {v:.2f} | <= {g:.1f}: {verdict} |")
     print()
-    print("Where the time goes (callgrind, instructions per call in `from_dlpack`, issue 16): "
+    print("Where the time goes (callgrind, instructions per call in `from_dlpack`): "
           "NumPy's own ndarray-to-ndarray import is ~1,820, of which ~790 is NumPy's "
           "`__dlpack__`. `devbuf.from_dlpack(ndarray)` went from ~4,190 to ~2,400: no "
           "`__dlpack_device__` round trip for the exact `numpy.ndarray` type, `__dlpack__` "
@@ -105,7 +105,7 @@ def main():
           "a 64-bit divide per dimension and reading the description's arrays in place, one "
           "TLS lookup and no strlen/memcpy calls for devbuf_dlpack_describe's dtype memo, and "
           "no exception fetch/restore around the producer's deleter when none is pending. "
-          "The same checks run. Then (issue 33) the DeviceView holds the import's description "
+          "The same checks run. Then, with the one import path, the DeviceView holds the import's description "
           "itself, no ForeignArray and no buffer export in between, and the DLPack tensor's "
           "shape/strides are copied only when a ForeignArray is asked for: per call with "
           "deallocation, ~3,306 to ~3,100 against NumPy's ~2,900 "
@@ -114,7 +114,7 @@ def main():
           "`__dlpack__`, the capsule's usual name checked inside PyCapsule_GetPointer, the "
           "description not zeroed where describe fills it, kDLCPU mapped inline and the "
           "producer's strides read in place, the layout check's one-code formats sized "
-          "without a call (docs/benchmarks.md, issue 33). What is left is mostly the "
+          "without a call (docs/benchmarks.md, 'One import path'). What is left is mostly the "
           "validation NumPy's import does not do: devbuf_dlpack_describe (~280, 2-d) and the "
           "layout check of its result (~180). `np.from_dlpack(DeviceBuffer)` went "
           "from ~3,360 to ~2,270 (interned keyword names matched by pointer, a per-thread memo "

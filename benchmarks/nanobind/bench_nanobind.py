@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""devbuf's C consumer side by side with nanobind's nb::ndarray<> (issue 16).
+"""devbuf's C consumer side by side with nanobind's nb::ndarray<>.
 
     DEVBUF_BUILD_DIR=build PYTHONPATH=build/python \
         python benchmarks/nanobind/bench_nanobind.py [--quick] [--json out.json]
@@ -198,7 +198,7 @@ def main():
     print("On a NumPy array devbuf's consumer is one `PyObject_GetBuffer` (the backport adds a "
           "cached supported-flags check); nanobind asks `__dlpack__` first. On a DLPack-only "
           "producer devbuf's C consumer takes the header-only DLPack route "
-          "(devbuf_dlpack_import.h, issue 33): no devbuf object and no libdevbuf; it does what "
+          "(devbuf_dlpack_import.h): no devbuf object and no libdevbuf; it does what "
           "the DLPack Python specification asks of a consumer and nanobind does not (the device "
           "query, cached per producer type that has only answered kDLCPU with each tensor's "
           "device checked; the stream hand-off; the capsule renamed) and devbuf's validation of "

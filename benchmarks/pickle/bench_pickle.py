@@ -1,4 +1,4 @@
-"""Pickle protocol 5 with out-of-band buffers (issue 7), against same-run
+"""Pickle protocol 5 with out-of-band buffers, against same-run
 baselines, at 16, 256 and 1024 MiB.
 
 Run from the repository root, after building with the Python bindings:

@@ -6,7 +6,7 @@ Run from the repository root, after building with the Python bindings:
     DEVBUF_BUILD_DIR=build PYTHONPATH=build/python:build/python_tests \
         python benchmarks/python/bench_view.py [--quick] [--json out.json]
 
-Goals (issue 5): devbuf.view() of an extended-buffer exporter within 1.5x of
+Goals: devbuf.view() of an extended-buffer exporter within 1.5x of
 memoryview() and under 300 ns; getbuffer+release from C within 1.2x of a
 plain bytearray export. Each number is the best of several repeats of a
 tight loop (timeit for Python calls, a C loop in devbuf_consumer for
@@ -130,7 +130,7 @@ def main():
     print("\n## goals")
     for k, v in goals.items():
         print(f"  {'met' if v else 'MISSED':>8}  {k}")
-    # Issue 16, goal 3: where the extended export's extra time goes. Static text:
+    # The third goal: where the extended export's extra time goes. Static text:
     # instruction counts do not move from run to run, so they are measured apart
     # (benchmarks/python/callgrind_getbuffer.sh) and kept here by hand.
     print("""

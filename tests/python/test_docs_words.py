@@ -2,8 +2,12 @@
 
 - No page, script or README says anything about how the project's own work is
   organised (its work periods, the tooling that lends it machines, who reviews).
-- User pages (README.md and the guides in docs/) carry no issue numbers: design
-  notes, measurements and their history live in the development pages below.
+- No shipped page (the READMEs, CHANGELOG.md, every page under docs/, man
+  pages), no script's comments or output and nothing a user reads through
+  help() names an issue of the project's own tracker by its number ("issue 33",
+  "issues 25, 35", "#33"): a reader outside the team cannot look it up. Name
+  the thing instead ("the one import path", "the 3.11 series"). Another
+  project's tracker may be cited by name ("DLPack issue 176").
 """
 import pathlib
 import re
@@ -12,8 +16,6 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-# Pages for contributors: the history of decisions and measurements may name issues.
-DEVELOPMENT_PAGES = {"development.md", "benchmarks.md", "cpython-reference.md", "mutation.md"}
 
 # Spelt in pieces so that a search of the repository for these words finds
 # no hit in this file either.
@@ -21,7 +23,12 @@ _S = "ses" + "sion"
 PROCESS = re.compile(
     r"dev" r"ice tool|\b" + _S + r"s?\b|\blent (?:a|an|none|to)\b|\bGPU lent\b|\bwas lent\b|"
     r"\bthe le" r"ad\b|\bhel" r"per \"|\bcan_start_" r"another\b", re.I)
-ISSUE = re.compile(r"(?<!DLPack )(?<!NumPy )(?<!CPython )(?<!Arrow )\bissues? #?\d+", re.I)
+# "issue 33", "Issues 25, 35", "issue #33", and the anchor a heading "... (issue 33)" gets
+# ("#one-import-path-issue-33"); another project's issues, named, are citations.
+ISSUE = re.compile(r"(?<!DLPack )(?<!NumPy )(?<!CPython )(?<!Arrow )\bissues?[ -]#?\d+", re.I)
+# A bare "#33" in prose (code spans and fenced blocks are left out: "identifier #0"
+# in a message, "&#124;", "(#2-build-it)" and "file.md#2-..." are not tracker references).
+HASH_NUMBER = re.compile(r"(?<![\w&#/.:-])#\d+\b(?![\w-])")
 
 
 def text_files():
@@ -31,17 +38,55 @@ def text_files():
     return [f for f in files if f.is_file()]
 
 
-def user_pages():
-    pages = [REPO / "README.md"]
-    for p in sorted(DOCS.rglob("*.md")):
-        rel = p.relative_to(DOCS)
-        if rel.parts[0] in ("design", "examples") or str(rel) in DEVELOPMENT_PAGES:
+def shipped_pages():
+    """Every page the project ships to its readers."""
+    pages = [REPO / "README.md", REPO / "README.pypi.md", REPO / "CHANGELOG.md",
+             REPO / "bindings" / "python" / "README.md"]
+    for pattern in ("*.md", "*.rst", "*.[1-9]"):
+        pages += sorted(DOCS.rglob(pattern))
+    pages += sorted((REPO / "cpython").glob("**/*.md"))
+    pages += sorted((REPO / "man").glob("**/*.[1-9]*")) if (REPO / "man").is_dir() else []
+    return [p for p in pages if p.is_file() and "_build" not in p.parts]
+
+
+def shipped_code():
+    """Scripts (their --help is their header comment), what writes docs/benchmarks.md and
+    docs/mutation.md, and the package as help() and `cimport devbuf` show it."""
+    files = sorted((REPO / "scripts").glob("*.sh")) + sorted((REPO / "scripts").glob("*.py"))
+    files += sorted((REPO / "scripts").glob("*.toml"))
+    for pattern in ("*.py", "*.c", "*.sh"):
+        files += sorted((REPO / "benchmarks").rglob(pattern))
+    pkg = REPO / "bindings" / "python" / "devbuf"
+    files += sorted(f for f in pkg.rglob("*") if f.suffix in (".py", ".pyi", ".pxd"))
+    return [f for f in files if f.is_file()]
+
+
+def prose_lines(path):
+    """(line number, text) of a page outside fenced code blocks, code spans removed."""
+    fence = None
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = re.match(r"\s*(`{3,}|~{3,})", line)
+        if m:
+            if fence is None:
+                fence = m.group(1)
+            elif m.group(1).startswith(fence):
+                fence = None
             continue
-        pages.append(p)
-    return pages
+        if fence is None:
+            yield n, re.sub(r"`+[^`]*`+", "", line)
 
 
-def hits(path, rx):
+def tracker_numbers(path, root=REPO):
+    """Every tracker number in one page: "issue N" anywhere, a bare "#N" in its prose."""
+    found = hits(path, ISSUE, root)
+    for n, line in prose_lines(path):
+        m = HASH_NUMBER.search(line)
+        if m:
+            found.append("%s:%d: %r in: %s" % (path.relative_to(root), n, m.group(0), line.strip()[:120]))
+    return sorted(found, key=lambda h: int(h.split(":")[1]))
+
+
+def hits(path, rx, root=REPO):
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if 'scope="' + _S + '"' in line:   # pytest's word, not ours
@@ -51,7 +96,7 @@ def hits(path, rx):
             continue
         m = rx.search(line)
         if m:
-            out.append("%s:%d: %r in: %s" % (path.relative_to(REPO), n, m.group(0), line.strip()[:120]))
+            out.append("%s:%d: %r in: %s" % (path.relative_to(root), n, m.group(0), line.strip()[:120]))
     return out
 
 
@@ -60,10 +105,33 @@ def test_no_text_about_the_projects_own_working_process():
     assert not found, "text about how the project's work is organised:\n" + "\n".join(found)
 
 
-def test_no_issue_numbers_in_user_pages():
-    found = [h for f in user_pages() for h in hits(f, ISSUE)]
-    assert not found, ("issue numbers in user pages (move the note to docs/development.md "
-                       "or a development page):\n" + "\n".join(found))
+def test_no_tracker_numbers_in_shipped_pages():
+    pages = shipped_pages()
+    assert REPO / "docs" / "benchmarks.md" in pages and REPO / "README.pypi.md" in pages
+    found = [h for f in pages for h in tracker_numbers(f)]
+    assert not found, ("issue numbers of the project's tracker in shipped pages (say what "
+                       "the issue was about instead):\n" + "\n".join(found))
+
+
+def test_no_tracker_numbers_in_scripts_and_the_package():
+    found = [h for f in shipped_code() for h in hits(f, ISSUE)]
+    assert not found, ("issue numbers of the project's tracker in scripts, benchmarks or "
+                       "the package (say what the issue was about instead):\n" + "\n".join(found))
+
+
+def test_a_planted_tracker_number_is_found(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n"
+                    "\n"
+                    "The one import path (see #33) removed the copy.\n"
+                    "`invalid identifier #0: ...` is a message.\n"
+                    "```sh\n"
+                    "#1 is a comment in a block\n"
+                    "```\n"
+                    "Goal (Issues 25, 35): met.\n"
+                    "[link](other.md#one-import-path-issue-33)\n")
+    found = [h.split(": ", 1)[0] for h in tracker_numbers(page, tmp_path)]
+    assert found == ["page.md:3", "page.md:8", "page.md:9"], found
 
 
 @pytest.mark.parametrize("line,bad", [
@@ -72,8 +140,17 @@ def test_no_issue_numbers_in_user_pages():
     ("No GPU has been lent yet", False),       # says nothing about who lends: allowed
     ("Host memory is lent for the call only.", False),
     ("(issue 33) removed the copy", True),
+    ("## The CPython series (issues 25, 35)", True),
+    ("after the Issue #14 merges", True),
+    ("[One import path](#one-import-path-issue-33)", True),
     ("the stream hand-off (DLPack issue 176)", False),
+    ("`tests/python/test_spec_issue15.py` compares", False),
+    ("one path (#33) for all", True),
+    ("see #7.", True),
+    ("&#124; in a table", False),
+    ("[section 0](#0-a-first-plugin-host-memory)", False),
+    ("[build](plugin-authors.md#2-build-it)", False),
 ])
 def test_the_patterns_themselves(line, bad):
-    assert bool(PROCESS.search(line) or ISSUE.search(line)) is bad
+    assert bool(PROCESS.search(line) or ISSUE.search(line) or HASH_NUMBER.search(line)) is bad
 

@@ -1,5 +1,5 @@
-# devbuf/__init__.pxd: `cimport devbuf` for Cython consumers (issue 18;
-# docs/consumers.md, "From Cython").
+# devbuf/__init__.pxd: `cimport devbuf` for Cython consumers
+# (docs/consumers.md, "From Cython").
 #
 # Everything here is either an extern declaration of devbuf's C headers or a
 # `cdef inline` helper, so a cimporting module needs no compiled devbuf Cython
