@@ -8,7 +8,9 @@
 #   LIBDIR   the directory of the installed libdevbuf.so
 #   WORKDIR  scratch directory (created if missing)
 # Used by test-install.sh and test-pip-install.sh.
-# DEVBUF_INSTALLED_TESTS="test_a.py test_b.py" runs those modules only.
+# DEVBUF_INSTALLED_TESTS="test_a.py test_b.py" runs those modules only; by
+# default the install subset (below), DEVBUF_INSTALL_WHOLE_SUITE=1 the whole
+# of tests/python.
 #
 # tests/python/conftest.py wants a build directory; it gets one under WORKDIR
 # that holds no devbuf: python/devbuf is an empty directory (a namespace-
@@ -34,10 +36,15 @@ if ! compgen -G "$src/tests/python/test_*.py" >/dev/null; then
   exit 0
 fi
 
-quiet cmake -S "$src" -B "$work/testext" -G "Unix Makefiles" -DDEVBUF_WERROR=OFF \
+# The test-only extensions are not what is under test: ccache may serve them
+# even where the caller turned it off for its own builds (test-pip-install.sh
+# compares two real compiles). BASEDIR=/: every path relative, so the random
+# work folder does not change the key.
+cc_env=(env -u CCACHE_DISABLE CCACHE_BASEDIR=/)
+quiet "${cc_env[@]}" cmake -S "$src" -B "$work/testext" -G "Unix Makefiles" -DDEVBUF_WERROR=OFF \
   -DDEVBUF_BUILD_TESTS=ON -DDEVBUF_BUILD_PYTHON=ON -DPython3_EXECUTABLE="$py"
 if [ -d "$work/testext/tests/python" ]; then
-  quiet make -C "$work/testext/tests/python" -j"$jobs"
+  quiet "${cc_env[@]}" make -C "$work/testext/tests/python" -j"$jobs"
 fi
 fake="$work/fake-build"
 rm -rf "$fake"
@@ -58,7 +65,18 @@ got = os.path.realpath(os.path.dirname(os.path.abspath(devbuf.__file__)))
 assert got == os.path.realpath(sys.argv[1]), got
 PY
 cd "$work"
-# DEVBUF_INSTALLED_TESTS: some modules of tests/python (file names), not all.
+# Which modules: DEVBUF_INSTALLED_TESTS (file names) when set; otherwise the
+# install subset below; the whole of tests/python with
+# DEVBUF_INSTALL_WHOLE_SUITE=1. The subset is the modules that read what an
+# install lays out (plugins and their discovery, devbuf-info, headers and
+# get_include, the C API capsule, Cython, the stubs, the Python plugin layer)
+# plus the core view and buffer tests; the rest test code that is the same
+# files in the build tree, where the whole suite runs (the pytest stage).
+install_subset="test_devices.py test_plugin_entry_points.py test_devbuf_info_command.py
+  test_capi.py test_cython.py test_typing.py test_pyplugin.py test_readme_taste.py
+  test_first_day.py test_import_path.py test_view.py test_device_buffer.py"
+[ "${DEVBUF_INSTALL_WHOLE_SUITE:-0}" = 1 ] && install_subset=""
+: "${DEVBUF_INSTALLED_TESTS=$install_subset}"
 targets=("$src/tests/python")
 if [ -n "${DEVBUF_INSTALLED_TESTS:-}" ]; then
   targets=()

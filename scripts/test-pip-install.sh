@@ -29,7 +29,10 @@
 #     listed by devbuf-info with its origin, used, uninstalled, gone;
 #  4b. `pip install -e` (from the copy of step 2) into a second venv: an
 #     edit of a .py file is seen without reinstalling;
-#  5. the Python tests (tests/python) run against the installed package.
+#  5. the Python tests run against the installed package: the install subset
+#     of scripts/run-python-tests-installed.sh (the modules that read what an
+#     install lays out), the whole of tests/python with
+#     DEVBUF_INSTALL_WHOLE_SUITE=1.
 #
 # Usage: scripts/test-pip-install.sh [--keep] [--work DIR] [--no-pytest]
 #                                    [--python PY] [--isolated]
@@ -210,7 +213,10 @@ echo "   auditwheel repair: $(basename "$work"/repaired-1/devbuf-*.whl), $(( $(s
 # libffi): neither the module nor its stub is in the wheel.
 step "a wheel built with -DDEVBUF_WITH_PYPLUGIN=OFF"
 start=$(date +%s)
-quiet "$vpy" -m pip wheel --no-deps "${build_flags[@]}" --config-settings=build-dir="$work/build-nopyplugin" \
+# Not one of the two compared builds: ccache may serve it (BASEDIR=/, so that
+# the random work folder is not in the key).
+quiet env -u CCACHE_DISABLE CCACHE_BASEDIR=/ "$vpy" -m pip wheel --no-deps "${build_flags[@]}" \
+  --config-settings=build-dir="$work/build-nopyplugin" \
   --config-settings=cmake.define.DEVBUF_WITH_PYPLUGIN=OFF -w "$work/dist-nopyplugin" "$src"
 "$vpy" "$src/scripts/wheel_check.py" no-file "$work"/dist-nopyplugin/devbuf-*.whl '^devbuf/_pyplugin[.]' \
   || die "a wheel built with DEVBUF_WITH_PYPLUGIN=OFF ships devbuf._pyplugin's files"
@@ -307,7 +313,7 @@ echo "   devbuf.py files from $copy, extension from the venv; edit seen"
 
 # ---- 5. the Python tests against the installed package ---------------------------
 if [ "$pytest" = 1 ] && compgen -G "$src/tests/python/test_*.py" >/dev/null; then
-  step "tests/python against the installed package"
+  step "tests/python against the installed package$([ "${DEVBUF_INSTALL_WHOLE_SUITE:-0}" = 1 ] || echo ' (the install subset)')"
   # The test requirements (numpy, jax, ...) are big: borrow them from the
   # project's .venv when it has them, through a .pth file that comes after
   # the fresh venv's own site-packages (so devbuf is still the fresh one);
