@@ -153,7 +153,7 @@ pysan=(env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name
        DEVBUF_BUILD_DIR="$ROOT/build-asan-py" PYTHONPATH="$ROOT/build-asan-py/python")
 python_fuzz() {
   local rc=0
-  "${pysan[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hardening_i20.py \
+  "${pysan[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_hardening_python.py \
     tests/python/test_pyfuzz.py tests/python/test_arrow.py || rc=1
   "${pysan[@]}" .venv/bin/python tests/python/pyfuzz.py --seconds "${DEVBUF_PYFUZZ_SECONDS:-20}" || rc=1
   return $rc

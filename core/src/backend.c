@@ -191,7 +191,7 @@ int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props
   props->dlpack_device_type = -1;
   CALL(dev, "device_props", device_props, props);
   props->struct_size = sizeof *props;
-  /* Checked, not trusted (issue 20): callers size and align by these. */
+  /* Checked, not trusted: callers size and align by these. */
   devbuf_backend *pb = dev->backend;
   if (props->alloc_alignment & (props->alloc_alignment - 1))
     return devbuf_error_set(err, DEVBUF_EABI,
@@ -205,7 +205,7 @@ int devbuf_device_props_get(const devbuf_device *dev, devbuf_device_props *props
                             dev->identifier, dev->ordinal, pb->name,
                             (unsigned long long)props->free_memory,
                             (unsigned long long)props->total_memory);
-  /* One rule with the conformance suite's `properties` check (issue 42):
+  /* One rule with the conformance suite's `properties` check:
    * a struct the plugin did not lay out as in C (a Rust struct without
    * #[repr(C)]) reads as garbage here, and must not list as a working device. */
   return props_layout_check(dev, props, err);
@@ -250,7 +250,7 @@ int devbuf_mem_alloc(const devbuf_device *dev, size_t size, size_t alignment, vo
   if (*ptr == NULL) /* contract: success gives a non-NULL handle */
     return devbuf_error_set(err, DEVBUF_EBACKEND, "%s:%d: mem_alloc: plugin '%s' returned success and a NULL pointer",
                             dev->identifier, dev->ordinal, b->name);
-  /* Checked, not trusted (issue 30): a pointer off by one byte was accepted,
+  /* Checked, not trusted: a pointer off by one byte was accepted,
    * and every consumer that sizes vector loads by the promised alignment
    * would fault or tear later, far from the plugin. A size-0 allocation is
    * a unique handle, not memory, and is not checked. */
@@ -275,7 +275,7 @@ int devbuf_mem_alloc(const devbuf_device *dev, size_t size, size_t alignment, vo
   pthread_mutex_unlock(&b->lock);
   if (rc == DEVBUF_EEXIST) {
     /* The same memory twice: two buffers would alias. Not freed, since it
-     * is the earlier allocation's (issue 20). */
+     * is the earlier allocation's. */
     void *dup = *ptr;
     *ptr = NULL;
     return devbuf_error_set(err, DEVBUF_EABI,
@@ -613,7 +613,7 @@ int devbuf_device_info_export(const devbuf_device *dev, void *event, void *strea
                                      stream, flags, out, capacity, &written, err);
     if (rc) return plugin_failed(dev, "device_info_export", rc, err);
     /* More than the buffer holds means it wrote past it, or lies: either
-     * way the consumer would read past the end (issue 20). */
+     * way the consumer would read past the end. */
     if (written == 0 || written > capacity)
       return devbuf_error_set(err, DEVBUF_EABI,
                               "%s:%d: device_info_export: plugin '%s' reports %zu bytes written "

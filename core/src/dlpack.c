@@ -692,7 +692,7 @@ int devbuf_dlpack_describe(const DLTensor *t, uint64_t dl_flags, devbuf_dlpack_d
   } else if (!(dflags & DEVBUF_DLPACK_HANDLE) && t->data != NULL &&
              t->byte_offset > (uint64_t)(UINTPTR_MAX - (uintptr_t)t->data)) {
     /* Empty, but data + byte_offset is still computed (the first item's
-     * address, ptr): it must not wrap either (UB in C, issue 20). */
+     * address, ptr): it must not wrap either (UB in C). */
     return devbuf_error_set(err, DEVBUF_EINVAL,
                             "dlpack import: empty tensor, but data %p + byte_offset %llu wraps "
                             "around the address space",

@@ -125,7 +125,7 @@ static int is_own_plugin(const char *path);
  * table was handed over was freed by then (a Rust CString dropped when the
  * entry function returned, a C buffer on the entry's stack): the allocator
  * gave its bytes to the loader, and the plugin's "version" read
- * "DEVBUF_PLUGINS", the loader's own copy of the record's source (issue 30).
+ * "DEVBUF_PLUGINS", the loader's own copy of the record's source.
  * Pointer comparisons only: nothing is read through `p`. Returns what the
  * memory belongs to, or NULL. */
 static const char *record_alias(const devbuf_backend *b, const void *p) {
@@ -155,7 +155,7 @@ static int fail_dangling(devbuf_backend *b, size_t *index, devbuf_error *err, co
  * table's strings? A string missing its terminating NUL (a Rust "x" literal
  * is not NUL-terminated) reads on into whatever the linker placed after it,
  * typically the next literal: an identifier "rustdev.host" became
- * "rustdev.host0.1.0" (issue 30). A linker may also share a string's tail
+ * "rustdev.host0.1.0". A linker may also share a string's tail
  * legitimately ("sim" inside "devbuf.sim"), so only a string that starts
  * inside `s` after a letter or digit counts. Pointer comparisons only. */
 static const char *runs_into(const char *s, size_t len, const char *const *others,
@@ -197,7 +197,7 @@ int devbuf__add_table(const devbuf_plugin_table *table, const char *path, const 
   uint32_t size = table->struct_size;
   /* A table laid out otherwise than plugin.h (a Rust struct without
    * #[repr(C)] puts a pointer first) reads as half a pointer: "ABI 32762.0,
-   * rebuild" would send the author the wrong way (issue 30). Real tables are
+   * rebuild" would send the author the wrong way. Real tables are
    * a few hundred bytes (a future one, a few KiB) and real majors small. */
   if (size > DEVBUF_PLUGIN_TABLE_PLAUSIBLE_MAX || table->abi_major == 0 ||
       table->abi_major > DEVBUF_PLUGIN_ABI_PLAUSIBLE_MAX) {
@@ -538,7 +538,7 @@ int devbuf__load_file(const char *path, const char *source, size_t *index, devbu
   if (strchr(path, '/') == NULL) {
     /* dlopen would search LD_LIBRARY_PATH, the cache and the system
      * directories for a bare name, and load something other than what a
-     * listing says is missing (issue 20). */
+     * listing says is missing. */
     devbuf_backend *b = new_record(path, source);
     if (b == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
     return fail_record(b, DEVBUF_ELOAD, index, err,
@@ -601,7 +601,7 @@ static int is_plugin_name(const char *name) {
 
 /* cargo names a cdylib crate `devbuf_plugin_x` libdevbuf_plugin_x.so (and
  * CMake a library without PREFIX ""): so near the plugin name that skipping
- * it without a word left authors looking at an empty listing (issue 30). */
+ * it without a word left authors looking at an empty listing. */
 static int plugin_name_filter(const struct dirent *d) {
   return is_plugin_name(d->d_name) ||
          (strncmp(d->d_name, "lib", 3) == 0 && is_plugin_name(d->d_name + 3));

@@ -2,7 +2,7 @@
  * lookups, and the dtype-namespace and format functions that may meet a
  * namespace a plugin provides.
  *
- * Lazy initialisation lives here, at the core's door (issue 19): each entry
+ * Lazy initialisation lives here, at the core's door: each entry
  * starts the runtime (plugin discovery, once, devbuf_init) and then asks the
  * registry, a pure data structure below the core that never calls up
  * (registry/src/registry.h). The registry's functions that cannot depend on a
@@ -50,7 +50,7 @@ int devbuf_identifier_lookup(const char *identifier, const char **interned,
   if (rc) return rc;
   if (devbuf__ident_find(identifier, interned, plugin_index) != DEVBUF_OK) {
     /* A plugin that failed to load is the likely reason: say which and why,
-     * rather than leave the caller to find it in a listing (issue 22). */
+     * rather than leave the caller to find it in a listing. */
     const devbuf_backend *why = failed_candidate(identifier);
     size_t nfailed = count_failed();
     /* A near miss among the registered identifiers (suggest.c). */

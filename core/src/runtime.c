@@ -226,7 +226,7 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
     t_probing = outer;
     atomic_fetch_sub(&b->calls_in_flight, 1);
     /* Name what the plugin answered: "0 devices" or "DEVBUF_E?" would hide
-     * a broken plugin behind a missing device (issue 22). */
+     * a broken plugin behind a missing device. */
     if (rc == DEVBUF_OK && n < 0) {
       rc = DEVBUF_EABI;
       snprintf(e.message, sizeof e.message,
@@ -246,7 +246,7 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
                b->name ? b->name : "?", rc, e.message[0] ? ": " : "", e.message);
       snprintf(e.message, sizeof e.message, "%s", m);
     }
-    /* Checked, not trusted (issue 20): INT_MAX devices made callers loop
+    /* Checked, not trusted: INT_MAX devices made callers loop
      * 2^31 times. */
     if (rc == DEVBUF_OK && n > DEVBUF_MAX_DEVICES_PER_PLUGIN) {
       rc = DEVBUF_EABI;
@@ -255,7 +255,7 @@ int devbuf__backend_device_count(devbuf_backend *b, int *count, devbuf_error *er
                b->name ? b->name : "?", n, DEVBUF_MAX_DEVICES_PER_PLUGIN);
     }
     /* A known code with no message still says what happened: "no device: "
-     * with nothing after it left the author guessing (issue 30). */
+     * with nothing after it left the author guessing. */
     if (rc != DEVBUF_OK && !e.message[0])
       snprintf(e.message, sizeof e.message, "device_count failed with %s (no message)",
                devbuf_status_name(rc));

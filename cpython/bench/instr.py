@@ -5,7 +5,7 @@ not independent of the heap: on 3.13t an object allocation costs more or
 less depending on how full the current mimalloc page of its size class is
 (the allocator's slow path runs each time that page's free list is empty).
 One heap state can therefore put a few dozen instructions per operation on
-either build by accident (issue 35 measured memoryview(bytearray) on 3.13t
+either build by accident (memoryview(bytearray) on 3.13t measured
 from 2523 to 2655 instructions per operation in one build just by keeping 0
 to 8 earlier results alive).  So the body runs once per heap state
 k = 0..K-1, each time after keeping k results of the body itself alive;

@@ -299,7 +299,7 @@ static int desc_check(const char *id, size_t idl, devbuf_dtype_desc *d, devbuf_e
                             (int)idl, id, (unsigned)d->alignment);
   /* The fields must tell one story: consumers size memory by some of them
    * and exporters (DLPack, the buffer protocol) by others, so a mismatch
-   * hands out more memory than an item holds (issue 20). */
+   * hands out more memory than an item holds. */
   uint64_t item_bits = (uint64_t)d->itemsize * 8, epi = d->elements_per_item;
   if (d->itemsize % d->alignment != 0)
     return devbuf_error_set(err, DEVBUF_EABI,

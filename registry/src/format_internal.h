@@ -4,7 +4,7 @@
 #define DEVBUF_FORMAT_INTERNAL_H
 
 /* What an unknown-dtype-id message adds: the three ways a namespace is
- * provided (issue 22). */
+ * provided. */
 #define DEVBUF_DTYPE_PROVIDE_HINT                                                      \
   "a namespace is provided by a plugin's dtype_namespaces (a plugin may provide only " \
   "those), devbuf_dtype_register() in C, or devbuf.register_dtype_namespace() in Python"

@@ -1650,7 +1650,7 @@ DEVBUF_API int devbuf_format_to_dlpack(const devbuf_format *f, uint8_t *code, ui
                               "format_to_dlpack: the custom dtype has no DLPack code");
     /* DLPack has no lanes of packed sub-byte elements: (4)[mypkg$int4x2]
      * would read as 4 lanes of 4 bits (2 bytes) for a 4-byte item. The
-     * buffer export refuses the same (issue 22). */
+     * buffer export refuses the same. */
     if (cu->desc.elements_per_item > 1 && m != 1) {
       const devbuf_format_alt *a = cu->alts ? &cu->alts[cu->chosen] : NULL;
       return devbuf_error_set(err, DEVBUF_ENOTSUP,

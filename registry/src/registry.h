@@ -3,8 +3,8 @@
  * registry/ is libdevbuf's bottom floor: the device-identifier table, the
  * dtype-namespace registry and the format-string engine, pure data
  * structures that call only the C library. They never start the runtime,
- * load a plugin or read the core's records (issue 19: the two used to call
- * each other). The direction is one way:
+ * load a plugin or read the core's records (the two used to call each
+ * other). The direction is one way:
  *
  *   - the core tells the registry what its plugins provide: it interns and
  *     claims their identifiers at load, adds their dtype namespaces once

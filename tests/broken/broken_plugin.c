@@ -37,19 +37,19 @@
 #define K_HANG_PROBE 19
 #define K_ID_COLON 20
 #define K_NULL_NAME 21
-/* Issue 30: mistakes a first-time author (often outside C) makes. */
+/* Mistakes a first-time author (often outside C) makes. */
 #define K_COUNT_NOMSG 22      /* device_count: DEVBUF_ENODEV and no message */
 #define K_NOT_REPR_C 23       /* fields in another order: a pointer first (Rust, no #[repr(C)]) */
 #define K_ID_UNTERMINATED 24  /* identifier without its NUL, running into the version */
 #define K_DANGLING_VERSION 25 /* version freed before the entry returned */
 #define K_MISALIGNED_ALLOC 26 /* mem_alloc returns ptr+1 */
 #define K_PROPS_REFUSED 27    /* device_props refuses every device */
-/* Crashes inside slots, for the conformance runner's isolation (issue 30):
+/* Crashes inside slots, for the conformance runner's isolation:
  * the process dies in the middle of a check. */
 #define K_SLOT_ABORT 28       /* copy_h2d aborts, as a Rust panic across extern "C" does */
 #define K_SLOT_SEGV 29        /* event_record dereferences a bad pointer */
 #define K_SLOT_HANG 30        /* event_synchronize never returns */
-/* Issue 42. */
+/* A failing allocation and a props struct in another field order. */
 #define K_ALLOC_1M_FAILS 31   /* mem_alloc refuses 1 MiB and more: out of device memory */
 #define K_PROPS_NOT_REPR_C 32 /* device_props written through another field order (Rust, no #[repr(C)]) */
 

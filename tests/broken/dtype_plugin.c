@@ -1,5 +1,5 @@
 /* Dtype-only plugins with one mistake each in their namespace "dtbug", for
- * the conformance suite's dtype checks (issue 30). Payload "t" is the type
+ * the conformance suite's dtype checks. Payload "t" is the type
  * every variant defines; DT_BUG picks the mistake:
  *   1 reads the payload as a C string (past `len`)
  *   2 itemsize 3 with alignment 2

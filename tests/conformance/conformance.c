@@ -1039,7 +1039,7 @@ static int open_device(ctx *c, const char *spec, int allow_no_device, int say) {
                  (dl != -1 && dl != DEVBUF_DL_OPENCL && dl != DEVBUF_DL_VULKAN &&
                   dl != DEVBUF_DL_METAL);
   /* Every plugin whose device_info is the common layout is held to all of
-   * its checks, whatever its identifier (issue 22). */
+   * its checks, whatever its identifier. */
   devbuf_plugin_info pinfo;
   memset(&pinfo, 0, sizeof pinfo);
   pinfo.struct_size = sizeof pinfo;

@@ -2,7 +2,7 @@
 # The dtype-namespace checks on a namespace with one mistake: the check that
 # covers it fails with its reason (others may fail too: the format engine
 # refuses what the layout checks refuse), the namespace itself passes, and
-# the run ends with its summary (issue 30).
+# the run ends with its summary.
 #
 #   dtype.sh CONFORMANCE PLUGIN CHECK PATTERN
 bin=$1 plugin=$2 check=$3 want=$4

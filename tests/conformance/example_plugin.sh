@@ -1,6 +1,6 @@
 #!/bin/sh
 # Build a docs/examples plugin in another language with its own toolchain, as
-# its author would, and hold it to the whole conformance suite (issue 30).
+# its author would, and hold it to the whole conformance suite.
 #
 #   example_plugin.sh rust SRC_DIR OUT_DIR CONFORMANCE LAYOUT_EXE [CARGO]
 #   example_plugin.sh cpp  SRC_DIR OUT_DIR CONFORMANCE INCLUDE_DIR [CXX]

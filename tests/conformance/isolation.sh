@@ -1,7 +1,7 @@
 #!/bin/sh
 # A plugin that crashes, aborts or hangs inside slots costs each broken check
 # its FAIL line (the signal or the deadline, the check's name, the call it
-# was in) and the run still ends with its summary line (issue 30).
+# was in) and the run still ends with its summary line.
 #
 #   isolation.sh CONFORMANCE PLUGIN IDENTIFIER abort|segv|hang SANITIZE
 #

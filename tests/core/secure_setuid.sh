@@ -1,7 +1,7 @@
 #!/bin/sh
 # A setuid-root program that only calls devbuf_init, run by an ordinary user
 # (nobody), must not load the plugins that user's DEVBUF_PLUGINS or
-# DEVBUF_PLUGIN_PATH name (issue 20). A control run without the setuid bit
+# DEVBUF_PLUGIN_PATH name. A control run without the setuid bit
 # shows the same variables do load them otherwise.
 #   secure_setuid.sh PROBE BROKEN_DIR      (exit 77: skipped, with the reason)
 set -u

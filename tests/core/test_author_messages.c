@@ -1,4 +1,4 @@
-/* Issue 30: the messages a first-time plugin author (often writing Rust or
+/* The messages a first-time plugin author (often writing Rust or
  * C++) still missed, each from a file of the broken-plugin corpus loaded
  * the way an author would load it.
  *
@@ -45,7 +45,7 @@ static void test_not_a_table(void) {
   CHECK_HAS(err.message, " is implausible; is the table laid out as in plugin.h, e.g. #[repr(C)]?");
   CHECK(strstr(err.message, "rebuild") == NULL, "no advice to rebuild: %s", err.message);
   /* Not a table, so no ABI either: listings show none rather than half a
-   * pointer (issue 42). */
+   * pointer. */
   devbuf_plugin_info info = {.struct_size = sizeof info};
   CHECK_OK(devbuf_plugin_info_get(idx, &info, &err), &err);
   CHECK(info.abi_major == 0 && info.abi_minor == 0, "ABI %u.%u recorded for a non-table",
@@ -53,7 +53,7 @@ static void test_not_a_table(void) {
 }
 
 /* An identifier that is not found, but a near miss of one that is: the
- * error suggests it (issue 42). A registered name that extends the asked one
+ * error suggests it. A registered name that extends the asked one
  * is what an identifier without its NUL looks like when the loader cannot
  * tell (rustc placed other strings after it: "rustdev.hostsrc/lib.rs"). */
 static void test_near_miss(void) {

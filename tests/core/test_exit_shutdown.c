@@ -1,4 +1,4 @@
-/* Plugins' shutdown runs at exit (issue 22): this program uses two trace
+/* Plugins' shutdown runs at exit: this program uses two trace
  * plugins (tests/core/exit_plugin.c), leaves an allocation live on purpose,
  * forks a child that exits too, and returns from main. exit_shutdown.sh
  * checks the trace: each shutdown once, in reverse load order, none from the

@@ -1,4 +1,4 @@
-/* Issue 22, "a plugin author's first day": the ABI 1.1 synchronous defaults,
+/* "A plugin author's first day": the ABI 1.1 synchronous defaults,
  * the default device_info path held to the common layout's promises, and
  * messages that name what a broken plugin answered. Tables are registered
  * in memory, so each case builds exactly the plugin it needs. */

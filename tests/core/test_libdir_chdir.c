@@ -1,5 +1,5 @@
 /* The default plugin directory is resolved once, when libdevbuf is loaded
- * (issue 20). Loaded by a relative path, then a chdir before devbuf_init:
+ * (privilege and paths). Loaded by a relative path, then a chdir before devbuf_init:
  * the build tree's plugins (cpu) must still be found, from where libdevbuf
  * really is, not from the new directory. Not linked to libdevbuf: it is
  * dlopen'd by the relative name given as argv[1] (ctest runs this in the

@@ -130,7 +130,7 @@ static void test_broken_corpus(void) {
       {"init_fail", DEVBUF_EINIT, "init failed: DEVBUF_EBACKEND: broken_init: simulated driver refusal"},
       {"no_ids", DEVBUF_EABI, "declares no device identifiers"},
       {"null_name", DEVBUF_EABI, "'name' is NULL"},
-      /* Issue 30: not "ABI 32762.0, rebuild", and not an unknown "test.unterm". */
+      /* Not "ABI 32762.0, rebuild", and not an unknown "test.unterm". */
       {"not_repr_c", DEVBUF_EABI, "this is not a devbuf plugin table ("},
       {"id_unterminated", DEVBUF_EABI,
        "identifier #0 reads 'test.unterm0.1.0', which runs into the table's version ('0.1.0') "

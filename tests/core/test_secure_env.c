@@ -1,4 +1,4 @@
-/* Privilege and paths (issue 20): no environment variable, relative path or
+/* Privilege and paths: no environment variable, relative path or
  * bare name makes libdevbuf load code the listing did not name.
  *  relative  (cwd = the broken corpus) DEVBUF_PLUGINS and DEVBUF_PLUGIN_PATH
  *            hold relative entries that exist from the cwd: each is refused

@@ -1,6 +1,6 @@
 /* The fuzz targets compile the engine's sources themselves (so that
  * libFuzzer sees their coverage) instead of linking libdevbuf. The registry
- * needs nothing of the core (issue 19); these stand in for the core's side:
+ * needs nothing of the core; these stand in for the core's side:
  * its public format entry points (core/src/registry_entry.c, which would
  * start the runtime first) and the runtime functions core/src/dlpack.c
  * calls. No plugins are ever loaded. */

@@ -1,4 +1,4 @@
-/* A plugin's answers are checked, not trusted (issue 20): each misbehaviour
+/* A plugin's answers are checked, not trusted: each misbehaviour
  * below was passed through before and is now refused with DEVBUF_EABI
  * naming the plugin. In-memory tables (devbuf_plugin_register), one
  * identifier per case. */

@@ -15,7 +15,7 @@ static int ok_count(void *s, int *count, devbuf_error *err) {
 }
 static int neg_count(void *s, int *count, devbuf_error *err) { return -5; }
 static int ok_props(void *s, int d, devbuf_device_props *p, devbuf_error *err) {
-  p->alloc_alignment = 1; /* 0 is refused (issue 42) */
+  p->alloc_alignment = 1; /* 0 is refused */
   return DEVBUF_OK;
 }
 static int brim_props(void *s, int d, devbuf_device_props *p, devbuf_error *err) {
@@ -127,7 +127,7 @@ static void test_negative_status_and_unterminated_props(void) {
   CHECK_OK(devbuf_plugin_register(&t, "negative", &idx, &err), &err);
   devbuf_device d;
   CHECK(devbuf_device_open("hard.negative", &d, &err) == DEVBUF_EBACKEND, "negative -> EBACKEND");
-  /* The number the plugin returned, not "DEVBUF_E?" (issue 22). */
+  /* The number the plugin returned, not "DEVBUF_E?". */
   CHECK_HAS(err.message, "hard.negative: hardening: no device: plugin 'hardening': device_count "
                          "returned -5, which is not a devbuf_status");
   CHECK_OK(devbuf_plugin_unregister(idx, &err), &err);
@@ -137,7 +137,7 @@ static void test_negative_status_and_unterminated_props(void) {
   CHECK_OK(devbuf_plugin_register(&t2, "brim", &idx2, &err), &err);
   CHECK_OK(devbuf_device_open("hard.brim", &d, &err), &err);
   /* A name filled to the brim has no NUL: refused, as a struct laid out
-   * otherwise than in C reads (issue 42), rather than cut short. */
+   * otherwise than in C reads, rather than cut short. */
   devbuf_device_props p;
   CHECK(devbuf_device_props_get(&d, &p, &err) == DEVBUF_EABI, "unterminated name refused");
   CHECK_HAS(err.message, "hard.brim:0: device_props: plugin 'hardening' reports a name with no "

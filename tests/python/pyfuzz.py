@@ -1,4 +1,4 @@
-"""Fuzzing the Python surface (issue 20), with hypothesis.
+"""Fuzzing the Python surface, with hypothesis.
 
 Targets, each a property that must hold for every input:
 
@@ -24,7 +24,7 @@ stage does it (against the ASan build of the extension):
     python tests/python/pyfuzz.py --seconds 20 [target ...]
 
 Every input that ever crashed is an @example of its target and a test in
-tests/python/test_hardening_i20.py.
+tests/python/test_hardening_python.py.
 """
 import argparse
 import ctypes
@@ -153,7 +153,7 @@ def fuzz_interface(d, cuda):
     except CLEAN:
         return
     # What was accepted must have been well-formed: a non-negative int
-    # pointer, a typestr with nothing after its size (issue 20 found both).
+    # pointer, a typestr with nothing after its size (the hardening tests found both).
     ptr = d["data"][0]
     assert type(ptr) is int and ptr >= 0, ptr
     assert re.fullmatch(r"[<>|=][iufcb][0-9]+", d["typestr"]), d["typestr"]
@@ -291,7 +291,7 @@ def _check_buffer(b):
     if size is not None:
         # Safety: a consumer sizing items with struct never reads past one.
         # (Exact equality differs on trailing struct padding, 'IIqI' is 20
-        # for struct and 24 in C layout: that is issue 23's to settle.)
+        # for struct and 24 in C layout: only the bound is checked here.)
         assert size <= b.itemsize, (fmt, size, b.itemsize)
     if b.device.identifier == "cpu":
         try:

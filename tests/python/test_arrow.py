@@ -1,5 +1,5 @@
 """The Arrow PyCapsule (device) interface both ways, with the real pyarrow and
-nanoarrow (issue 18; docs/arrow.md). Export: DeviceBuffer / DeviceView offer
+nanoarrow (docs/arrow.md). Export: DeviceBuffer / DeviceView offer
 __arrow_c_device_array__ and __arrow_c_array__. Import: devbuf.from_arrow()
 and devbuf.view() take any Arrow producer of a primitive, null-free array."""
 import ctypes

@@ -162,7 +162,7 @@ class _CountingMeta(type):
         return super().__getattribute__(name)
 
 
-# The per-type cache must be hit (issue 24: never filled on 3.13, where
+# The per-type cache must be hit (it was never filled on 3.13, where
 # Py_TPFLAGS_VALID_VERSION_TAG is no longer set) and must follow changes
 # (stale on 3.9, where PyType_Modified leaves tp_version_tag unchanged).
 # Counts, not timings: a miss costs one lookup, so N calls must not cost N.

@@ -1,4 +1,4 @@
-"""CPython's reference buffer rules at the edges (issue 23): requests that
+"""CPython's reference buffer rules at the edges: requests that
 would describe more memory than an export holds, and empty arrays."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The consumer's edges (issue 31): NumPy datetimes, ml_dtypes 0.6 and DLPack main's codes,
+"""The consumer's edges: NumPy datetimes, ml_dtypes 0.6 and DLPack main's codes,
 writable requests checked after the answer, copy=True made by devbuf, copies into the
 caller's memory (to_host(out=), copy_to(out=)), and the smaller fixes."""
 import numpy as np

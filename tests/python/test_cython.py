@@ -1,7 +1,7 @@
 """`cimport devbuf` (bindings/python/devbuf/__init__.pxd): a small Cython
 consumer, tests/python/cython_consumer/devbuf_cy_consumer.pyx, is compiled
-here with Cython from PyPI into a temporary folder and imported (issue 18;
-docs/consumers.md, "From Cython")."""
+here with Cython from PyPI into a temporary folder and imported
+(docs/consumers.md, "From Cython")."""
 import importlib.util
 import os
 import shutil

@@ -1,5 +1,5 @@
-"""The header-only DLPack route (bindings/python/include/devbuf_dlpack_import.h,
-issue 33): a C or C++ consumer of a DLPack-only producer, with nothing of
+"""The header-only DLPack route (bindings/python/include/devbuf_dlpack_import.h):
+a C or C++ consumer of a DLPack-only producer, with nothing of
 devbuf linked or imported, gets the description devbuf's own reader makes,
 with the same checks and messages. The consumer is
 tests/python/consumer_ext/dlpack_consumer.c, built as C and as C++; the

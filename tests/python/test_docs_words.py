@@ -8,9 +8,15 @@
   "issues 25, 35", "#33"): a reader outside the team cannot look it up. Name
   the thing instead ("the one import path", "the 3.11 series"). Another
   project's tracker may be cited by name ("DLPack issue 176").
+- Neither does any other tracked text file (C sources and headers, CMake,
+  shell, Python, TOML, Markdown: comments, docstrings, identifiers such as
+  `test_issue_33_...`), nor any tracked file's name (`test_spec_issue15.py`,
+  `test_hardening_i20.py`). Patches (*.patch) are left out: they are other
+  projects' text, and a cache key hashes them.
 """
 import pathlib
 import re
+import subprocess
 
 import pytest
 
@@ -29,6 +35,12 @@ ISSUE = re.compile(r"(?<!DLPack )(?<!NumPy )(?<!CPython )(?<!Arrow )\bissues?[ -
 # A bare "#33" in prose (code spans and fenced blocks are left out: "identifier #0"
 # in a message, "&#124;", "(#2-build-it)" and "file.md#2-..." are not tracker references).
 HASH_NUMBER = re.compile(r"(?<![\w&#/.:-])#\d+\b(?![\w-])")
+# In code: an identifier that carries a tracker number ("test_issue_33_...").
+IDENT = re.compile(r"\b\w*?issues?_?\d+", re.I)
+# In a tracked file's name: "issue15", "issue_33", "issues-25", or "i20" as a word of the
+# name ("test_hardening_i20.py"); the integer widths (i8, i16, i32, i64, i128) are dtypes.
+NAME = re.compile(r"issues?[-_]?\d+|(?<![a-z0-9])i(?!(?:8|16|32|64|128)(?![0-9]))\d{1,3}(?=[._-]|$)",
+                  re.I)
 
 
 def text_files():
@@ -59,6 +71,51 @@ def shipped_code():
     pkg = REPO / "bindings" / "python" / "devbuf"
     files += sorted(f for f in pkg.rglob("*") if f.suffix in (".py", ".pyi", ".pxd"))
     return [f for f in files if f.is_file()]
+
+
+def tracked_files():
+    """Every file git tracks here (relative paths), or None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True,
+                             timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
+    return names or None
+
+
+def tracked_text_files():
+    """Every tracked text file but patches and this file (it spells the patterns and
+    their samples); binary files (a NUL byte, or not UTF-8) are left out."""
+    names = tracked_files()
+    if names is None:
+        pytest.skip("not a git checkout: the shipped pages and scripts are checked above")
+    me = pathlib.Path(__file__).resolve()
+    files = []
+    for name in names:
+        f = REPO / name
+        if f.suffix == ".patch" or not f.is_file() or f.is_symlink() or f.resolve() == me:
+            continue
+        data = f.read_bytes()
+        if b"\0" in data:
+            continue
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        files.append(f)
+    return files
+
+
+def tracker_numbers_in_code(path, root=REPO):
+    """An "issue N" in any line of a source or text file, and identifiers carrying a number."""
+    found = hits(path, ISSUE, root)
+    found += hits(path, IDENT, root)
+    return sorted(set(found), key=lambda h: int(h.split(":")[1]))
+
+
+def tracker_numbers_in_names(names):
+    return ["%s: %r" % (n, m.group(0)) for n in names for m in [NAME.search(n)] if m]
 
 
 def prose_lines(path):
@@ -117,6 +174,38 @@ def test_no_tracker_numbers_in_scripts_and_the_package():
     found = [h for f in shipped_code() for h in hits(f, ISSUE)]
     assert not found, ("issue numbers of the project's tracker in scripts, benchmarks or "
                        "the package (say what the issue was about instead):\n" + "\n".join(found))
+
+
+def test_no_tracker_numbers_in_any_tracked_file():
+    files = tracked_text_files()
+    assert REPO / "core" / "src" / "loader.c" in files and REPO / "CMakeLists.txt" in files
+    found = [h for f in files for h in tracker_numbers_in_code(f)]
+    assert not found, ("issue numbers of the project's tracker in a tracked file (say what "
+                       "the issue was about instead):\n" + "\n".join(found))
+
+
+def test_no_tracker_numbers_in_tracked_file_names():
+    names = tracked_files()
+    if names is None:
+        pytest.skip("not a git checkout")
+    found = tracker_numbers_in_names(names)
+    assert not found, ("tracked file names with a tracker number (name what the file "
+                       "tests instead):\n" + "\n".join(found))
+
+
+def test_a_planted_tracker_number_in_code_is_found(tmp_path):
+    src = tmp_path / "x.c"
+    src.write_text("/* Checked, not trusted (issue 20): the size. */\n"
+                   "/* The stream hand-off (DLPack issue 176). */\n"
+                   "static int add_i64(void) { return 0; }\n"
+                   "# def test_issue_33_copy(): pass\n")
+    found = [h.split(": ", 1)[0] for h in tracker_numbers_in_code(src, tmp_path)]
+    assert found == ["x.c:1", "x.c:4"], found
+    names = ["tests/python/test_spec_issue15.py", "tests/python/test_hardening_i20.py",
+             "docs/issue-33.md", "tests/python/test_dtype_i64.py", "docs/i18n.md",
+             "tests/python/test_spec_guarantees.py"]
+    found = [h.split(": ", 1)[0] for h in tracker_numbers_in_names(names)]
+    assert found == names[:3], found
 
 
 def test_a_planted_tracker_number_is_found(tmp_path):

@@ -1,4 +1,4 @@
-"""Issue 22, a plugin author's and a dtype owner's first day: devbuf.*
+"""A plugin author's and a dtype owner's first day: devbuf.*
 identifiers stay devbuf's, shutdown is seen at exit, dtype-only plugins, and
 messages that say what to do. Each case runs in a fresh interpreter, since
 plugin discovery happens once per process."""

@@ -172,7 +172,7 @@ def test_calcsize_matches_struct_and_caches_only_plain_formats():
 
 
 def test_format_objects_are_c_types_with_dataclass_manners():
-    # issue 16: Format and Field are C objects over the engine's result; they
+    # Format and Field are C objects over the engine's result; they
     # keep the dataclasses' attribute names, repr, equality, hash and pickle.
     import pickle
     f = devbuf.parse_format("T{i:a:(2)d:b:}")
@@ -194,7 +194,7 @@ def test_format_objects_are_c_types_with_dataclass_manners():
     assert fld.pointee.children[0].name == "x" and fld.pointee.children[0].code == "h"
     with pytest.raises(AttributeError):
         f.itemsize = 3
-    # bytes are a format too, as calcsize and struct take them (issue 31)
+    # bytes are a format too, as calcsize and struct take them
     assert devbuf.parse_format(b"i") == devbuf.parse_format("i")
     with pytest.raises(TypeError, match="'fmt' must be str or bytes"):
         devbuf.parse_format(1)

@@ -1,4 +1,4 @@
-"""The complex format codes (issue 23 item 4): CPython 3.14's struct F/D,
+"""The complex format codes: CPython 3.14's struct F/D,
 CPython 3.15's Zf/Zd (gh-148675), and PEP 3118/NumPy's Zf/Zd/Zg, in every
 mode of the engine, mapped to DLPack complex64/complex128 and round-tripped
 through NumPy."""

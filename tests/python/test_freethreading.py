@@ -1,4 +1,4 @@
-"""Concurrency stress suite (issue 29): devbuf without the GIL.
+"""Concurrency stress suite: devbuf without the GIL.
 
 Every scenario runs at least 8 threads released together by a barrier, for a
 bounded time (DEVBUF_STRESS_SECONDS, default 0.6 s) and a bounded number of
@@ -12,7 +12,7 @@ no export left alive, memory freed once.
 The suite runs on every build: with the GIL the interleavings are coarser but
 the invariants are the same. scripts/python-ft.sh runs it on free-threaded
 3.13t with PYTHON_GIL=0, with DEVBUF_STRESS_ROUNDS=20 for the nine-thread
-ledger scenario of issue 29, and again under a ThreadSanitizer interpreter.
+ledger scenario, and again under a ThreadSanitizer interpreter.
 """
 import gc
 import itertools
@@ -139,7 +139,7 @@ def test_build_reports_its_gil_state():
             assert not sys._is_gil_enabled(), "a devbuf module re-enabled the GIL"
 
 
-# ---- the nine-thread scenario of issue 29, ROUNDS times ---------------------------------
+# ---- the nine-thread ledger scenario, ROUNDS times -------------------------------------
 
 def _acme(payload):
     return {"kind": "uint", "itemsize": 3, "alignment": 1, "canonical": "st.u24"} if payload == "u24" else None

@@ -1,4 +1,4 @@
-"""Real GPU interop of devbuf.cuda (issue 17): PyTorch, CuPy and JAX tensors
+"""Real GPU interop of devbuf.cuda: PyTorch, CuPy and JAX tensors
 on the GPU into devbuf.view / devbuf.from_dlpack and back out, streams,
 read-only, 0-d and strided tensors, bfloat16/float8, pickle-5, and devbuf's
 own DeviceBuffer consumed by torch.

@@ -1,4 +1,4 @@
-"""The one import path (issue 33; docs/consumers.md "The one import path"):
+"""The one import path (docs/consumers.md "The one import path"):
 every protocol a producer speaks is read into one description that the
 DeviceView owns, with no object in between. view.obj is the producer on every
 route, view.imported says how it was read, and an Arrow import keeps the

@@ -457,7 +457,7 @@ def test_opencl_handles_through_dlpack():
                                     strides=(1,)))
 
 
-# ---- the device query, cached per CPU-only producer type (issue 33) ---------------
+# ---- the device query, cached per CPU-only producer type ---------------------------
 
 
 

@@ -1,4 +1,4 @@
-"""Leaks and lifetimes (issue 10): loops that create, export, view and release,
+"""Leaks and lifetimes: loops that create, export, view and release,
 then check reference counts, allocator statistics, live objects and Python
 memory return to their baseline; a release that happens twice, and a free
 while exported, are caught and reported."""

@@ -1,4 +1,4 @@
-"""Plugins shipped as Python packages (issue 32): the "devbuf.plugins"
+"""Plugins shipped as Python packages: the "devbuf.plugins"
 entry-point group, read by `import devbuf` under the rules of DEVBUF_PLUGINS,
 the runtime's devbuf_plugin_load_from (a source label that cannot claim
 devbuf's own privileges), and devbuf-info's --plugin-from.

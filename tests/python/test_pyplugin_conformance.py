@@ -117,7 +117,7 @@ def test_the_suite_catches_broken_python_plugins(check_names, cls, failing):
     reg.unregister()
 
 
-# ---- isolation (issue 30) ---------------------------------------------------------------------
+# ---- isolation --------------------------------------------------------------------------------
 
 class _AbortingCopy(MmapDevice):
     """copy_h2d kills the process, as an unwinding panic across a C boundary does."""

@@ -276,7 +276,7 @@ def test_unregister_waits_for_interpret_calls_in_flight():
     assert results == [(0, 4)]
 
 
-# ---- the suite's dtype-namespace checks (issue 30) ------------------------------------------
+# ---- the suite's dtype-namespace checks ------------------------------------------------------
 
 def _int4x2(payload):
     """mypkg's packed pair of 4-bit integers, as tests/core/dtype_only_plugin.c has it."""

@@ -1,4 +1,4 @@
-"""devbuf in subinterpreters (issue 24): an isolated subinterpreter (its own
+"""devbuf in subinterpreters: an isolated subinterpreter (its own
 GIL, 3.12+) is refused before any of devbuf's init runs, and nothing it did
 survives into the interpreters that can use devbuf (legacy subinterpreters,
 which share the main GIL, and the main one). On 3.12 a refused first import
@@ -92,7 +92,7 @@ MAIN_USES = textwrap.dedent('''
     ''')
 
 SEQUENCES = {
-    # The sequence of issue 24: the refused import is the process's first.
+    # The sequence that crashed: the refused import is the process's first.
     "isolated-first": ["isolated", "legacy", "main", "legacy", "isolated"],
     "main-first": ["main", "isolated", "legacy", "main", "legacy"],
     "legacy-first": ["legacy", "legacy", "main"],

@@ -1,6 +1,6 @@
 """pyproject.toml's requires-python names exactly the CPython versions that
 scripts/test-matrix.sh builds and tests, and requirements-matrix.txt pins
-NumPy for each of them (issue 14)."""
+NumPy for each of them."""
 import pathlib
 import re
 

@@ -1,4 +1,4 @@
-"""The package is typed (issue 32): py.typed and stubs for the whole public
+"""The package is typed: py.typed and stubs for the whole public
 API, checked the way a user's tools see them.
 
 - ``mypy --strict`` on tests/typing/uses_every_name.py and

@@ -107,7 +107,7 @@ def test_cuda_array_interface_zero_dim_is_refused_or_null():
     assert v.c_contiguous
 
 
-def test_repro_from_issue_on_this_interpreter():
+def test_zero_d_dlpack_import_on_this_interpreter():
     # On a debug interpreter this aborted the process before the fix.
     assert devbuf.from_dlpack(np.asarray(1.5)).c_contiguous
     assert sys.getrefcount(_SCALAR) >= 2

@@ -1,6 +1,6 @@
 #!/bin/sh
 # registry_no_core: the registry is libdevbuf's bottom floor and calls nothing
-# above it (issue 19). Every devbuf* symbol that registry's objects leave
+# above it. Every devbuf* symbol that registry's objects leave
 # undefined must be defined by one of them; anything else (devbuf_init, the
 # runtime's records, a plugin listing) is a call up into core/.
 # Usage: no_core_symbols.sh OBJECT...

@@ -1,4 +1,4 @@
-/* The registry without the core (issue 19): this program is linked from
+/* The registry without the core: this program is linked from
  * registry's objects and the C library only, never libdevbuf, so a call from
  * registry/ up into core/ (devbuf_init, the plugin records, any runtime
  * function) fails its link. It then drives the registry the way the core

@@ -1,4 +1,4 @@
-/* Test plugins for devbuf-info's view of extension functions (issue 22):
+/* Test plugins for devbuf-info's view of extension functions:
  * one with a valid and two malformed entries (EXT_KIND 0), one whose
  * struct_size ends before ext_functions, so that its entries cannot be seen
  * (EXT_KIND 1). A host-memory device on the ABI 1.1 defaults otherwise. */

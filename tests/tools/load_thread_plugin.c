@@ -2,7 +2,7 @@
  * driver's after cuInit): a constructor starts a worker thread, and every
  * slot hands its call to that thread and waits for the answer on a
  * condition variable. A process forked from one that loaded this file has no
- * worker, so its first call waits forever: the fork hazard of issue 42.
+ * worker, so its first call waits forever: the fork hazard.
  * Loaded fresh in a child (exec, posix_spawn) it works, which is what
  * devbuf-info's probes and the conformance tool's checks must do.
  *

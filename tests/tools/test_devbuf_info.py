@@ -451,7 +451,7 @@ def case_no_probe():
 
 def case_props_refused():
     """Every device refusing device_props is a failed probe, not "ok" with
-    exit 0 (issue 30): in the default isolated probe and in-process alike."""
+    exit 0: in the default isolated probe and in-process alike."""
     env = dict(EMPTY, DEVBUF_PLUGINS=broken("props_refused"))
     for mode in ([], ["--in-process"]):
         p, doc = run_json(mode, env)
@@ -516,7 +516,7 @@ def case_inprocess_hang():
 def case_ext_functions():
     """-v and --json show a malformed extension function as invalid with the
     reason, as Python does, and a struct_size that cuts the extension-function
-    fields off is noted rather than making them vanish (issue 22)."""
+    fields off is noted rather than making them vanish."""
     d = os.path.dirname(args.chatty)
     bad, cut = (os.path.join(d, "devbuf_plugin_%s.so" % n) for n in ("ext_bad", "ext_cut"))
     env = dict(EMPTY, DEVBUF_PLUGINS=bad + ":" + cut)

@@ -188,7 +188,7 @@ static void probe_plugin_untimed(info_plugin *p) {
     if (rc != DEVBUF_OK) snprintf(dv->error, sizeof dv->error, "%s", e.message);
   }
   /* Devices that all refuse device_props are no working device: not "ok"
-   * (issue 30; the listing said ok and exited 0). */
+   * (the listing said ok and exited 0). */
   size_t refused = 0;
   for (size_t d = 0; d < nd; d++) refused += p->devices[d].status != DEVBUF_OK;
   if (nd > 0 && refused == nd) {

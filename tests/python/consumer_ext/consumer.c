@@ -269,7 +269,7 @@ static int exporter_getbuffer(Exporter *self, Py_buffer *view, int flags) {
   if (self->readonly_answer) view->readonly = 1;
   if (self->itemsize > 1) {
     /* A producer that gives no format (which means 'B') but larger items:
-     * a contradiction devbuf.view must refuse (issue 31). */
+     * a contradiction devbuf.view must refuse. */
     view->format = NULL;
     view->itemsize = self->itemsize;
     if (flags & PyBUF_ND) {
@@ -427,7 +427,7 @@ static PyMethodDef methods[] = {
 /* Multi-phase init, declaring what it supports, as devbuf_buffer.h asks of a
  * module whose static types advertise flags: CPython 3.12+ then refuses an
  * isolated (own-GIL) subinterpreter before exec runs, so the static types are
- * never readied with objects of an interpreter that dies (issue 24). Exec
+ * never readied with objects of an interpreter that dies. Exec
  * may run again (a legacy subinterpreter): every step is idempotent. */
 static int consumer_exec(PyObject *m) {
   if (PyType_Ready(&Held_Type) < 0 || PyType_Ready(&Exporter_Type) < 0 ||

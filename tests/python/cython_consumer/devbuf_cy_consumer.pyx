@@ -1,5 +1,5 @@
 # cython: language_level=3, freethreading_compatible=True
-# A Cython consumer of devbuf (issue 18; docs/consumers.md, "From Cython"):
+# A Cython consumer of devbuf (docs/consumers.md, "From Cython"):
 # built by tests/python/test_cython.py into a temporary folder.
 cimport devbuf
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES, PyBuffer_Release

@@ -248,7 +248,7 @@ static PyMethodDef module_methods[] = {
  * module says what it supports. A single-phase PyInit ran first, in that
  * interpreter, and readied the static types there: their dicts came from the
  * doomed interpreter's allocator, and the next import (in a legacy
- * subinterpreter) crashed with a double free (issue 24).
+ * subinterpreter) crashed with a double free.
  *
  * What devbuf supports: several interpreters that share the main GIL (the
  * static types, the exceptions and libdevbuf's registries are process-wide),

@@ -96,7 +96,7 @@ PyObject *dbp_register_dtype_namespace(PyObject *self, PyObject *args, PyObject 
 PyObject *dbp_unregister_dtype_namespace(PyObject *self, PyObject *arg);
 PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused);
 
-/* ---- layout.c: the layout invariant (issue 20) -------------------------------------
+/* ---- layout.c: the layout invariant --------------------------------------------------
  * itemsize agrees with the format (custom items: the namespace's itemsize),
  * len == prod(shape) * itemsize, that is at most `owned` bytes (-1: not
  * known, a foreign producer's memory), and strides stay inside `owned`.
@@ -104,7 +104,7 @@ PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused);
  * and the field; 0 or -1. */
 #define DBP_LAYOUT_OWN 0x1u          /* memory devbuf allocates or rebuilds: no 'O'/pointers */
 #define DBP_LAYOUT_BUFFER_ERROR 0x2u /* raise BufferError (exports, views) */
-/* Every exporter's answer to PyBUF_FORMAT without PyBUF_ND (issue 23): a
+/* Every exporter's answer to PyBUF_FORMAT without PyBUF_ND (CPython's buffer rules): a
  * consumer would take len as a count of `format` items and read past the
  * end, so refuse it as memoryview does. 0, or -1 with BufferError. */
 int dbp_refuse_flat_format(const char *what, const char *format, int flags);

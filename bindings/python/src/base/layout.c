@@ -1,4 +1,4 @@
-/* layout.c: the one layout invariant (issue 20), checked where objects are made.
+/* layout.c: the one layout invariant, checked where objects are made.
  *
  * Everything devbuf hands out (DeviceBuffer, DeviceView, ForeignArray, their
  * exports) must describe no more memory than it holds, or a consumer that

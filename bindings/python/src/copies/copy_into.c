@@ -1,5 +1,5 @@
 /* copy_into.c: to_host(out=...) and copy_to(..., out=...), a copy into
- * memory the caller already has (issue 31).
+ * memory the caller already has.
  *
  * Fresh pages cost more than the copy itself (a 64 MiB to_host() ran at
  * 1-3 GB/s against 15-17 GB/s for a warm np.copyto), so a caller that copies

@@ -79,7 +79,7 @@ int dbp_download_into(const devbuf_device *dev, int host_readable, const void *p
   int direct = host_readable || dev == NULL || dev->backend == NULL;
   /* A sparse view (a[::1<<20]) must not cost its whole span: the host
    * gathers straight from the source, and a device copies it run by run
-   * once the span is much larger than the data (issue 20: 34 GB were
+   * once the span is much larger than the data (34 GB were
    * allocated for 108 bytes). Dense views still take one bulk copy. */
   int by_runs = !contiguous && !direct && span / 2 > out->nbytes && span - out->nbytes > ((size_t)1 << 20);
   char *tmp = NULL, *dst = out->ptr;

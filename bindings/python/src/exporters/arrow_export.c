@@ -1,5 +1,5 @@
 /* arrow_export.c: the Arrow C data / C device data interfaces through the
- * Arrow PyCapsule interface, the producer side (issue 18); the reader is
+ * Arrow PyCapsule interface, the producer side; the reader is
  * readers/arrow_import.c. See exporters/exporters.h and docs/arrow.md.
  *
  * Export: DeviceBuffer and DeviceView (C-contiguous, 1-d) get

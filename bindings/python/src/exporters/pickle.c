@@ -192,7 +192,7 @@ static void advise_huge_pages(void *p, size_t n);
 
 /* HostStaging(device, nbytes): writable staging memory from the device's
  * plugin (pinned where the plugin pins), for to_host(out=...) and
- * copy_to(out=...) to copy into again and again (issue 31). */
+ * copy_to(out=...) to copy into again and again. */
 static PyObject *staging_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"device", "nbytes", NULL};
   PyObject *dev_arg;
@@ -536,7 +536,7 @@ static PyObject *pk_rebuild(PyObject *mod, PyObject *args) {
   }
   Py_ssize_t nbytes = items * itemsize;
   /* The metadata comes from a frame that may be damaged: format and item
-   * size must agree, and no object or pointer items (issue 20). */
+   * size must agree, and no object or pointer items (the layout invariant). */
   if (dbp_layout_check("pickled devbuf.DeviceBuffer", format, itemsize, ndim, shape, NULL, nbytes,
                        nbytes, DBP_LAYOUT_OWN) < 0)
     return NULL;

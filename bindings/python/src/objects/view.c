@@ -208,7 +208,7 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
     return NULL;
   }
   /* The producer's description must be self-consistent before devbuf
-   * re-exports or copies it (issue 20); its memory size is its own word. */
+   * re-exports or copies it; its memory size is its own word. */
   if (dbp_layout_check_view("devbuf.view: the producer's buffer", &v->buf.view, -1,
                             DBP_LAYOUT_BUFFER_ERROR) < 0) {
     DevbufPy_BufferRelease(&v->buf);

@@ -184,7 +184,7 @@ static PyMethodDef methods[] = {
  * is process-wide, and a plugin is one table for every interpreter (before
  * 3.15, plugin threads enter Python through PyGILState_Ensure, which knows
  * only the main interpreter). Refused there, a
- * subinterpreter leaves no object of its own behind (issue 24). */
+ * subinterpreter leaves no object of its own behind. */
 static int pp_exec(PyObject *m) {
   if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
     PyErr_SetString(PyExc_ImportError,

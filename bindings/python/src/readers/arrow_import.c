@@ -1,5 +1,5 @@
-/* arrow_import.c: the Arrow PyCapsule (device) interface reader (issue 18,
- * issue 33). It only fills a description: calls desc/ and base/. See
+/* arrow_import.c: the Arrow PyCapsule (device) interface reader. It
+ * only fills a description: calls desc/ and base/. See
  * docs/arrow.md and docs/consumers.md.
  *
  * The producer's __arrow_c_device_array__ (else __arrow_c_array__) array is

@@ -26,7 +26,7 @@ static int typestr_to_format(PyObject *ts, char *fmt, size_t cap) {
   char order = s[0], kind = s[0] ? s[1] : 0;
   char *end = NULL;
   long size = (s[0] && s[1]) ? strtol(s + 2, &end, 10) : 0;
-  /* The whole string: "<f4junk" or "<f 4" is not "<f4" (issue 20). */
+  /* The whole string: "<f4junk" or "<f 4" is not "<f4". */
   /* Only for the kinds devbuf maps: '<M8[ns]' keeps its "no devbuf format". */
   if (kind != '\0' && strchr("iufcb", kind) != NULL &&
       (end == NULL || end == s + 2 || *end != '\0' || s[2] < '0' || s[2] > '9')) {
@@ -256,7 +256,7 @@ static dbp_desc *dbp_interface_read(PyObject *obj, PyObject *d, int cuda, const 
   /* ml_dtypes keeps sub-byte types one per byte: DLPack's padded form. */
   int64_t itemsize = padded ? (int64_t)t.dtype.lanes : (int64_t)(t.dtype.bits / 8) * t.dtype.lanes;
   /* PyLong_AsVoidPtr takes negative ints and reinterprets them as high
-   * addresses; an address is never negative (issue 20). */
+   * addresses; an address is never negative. */
   PyObject *ptr_obj = data ? PyTuple_GET_ITEM(data, 0) : NULL;
   if (buf != NULL) {
     t.data = buf->buf;

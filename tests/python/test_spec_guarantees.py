@@ -1,5 +1,6 @@
-"""Spec guarantees from issue 15: each test here failed before its fix (or
-guards a statement of the seeds that no other test checked)."""
+"""Spec guarantees (DLPack, the buffer protocol, format strings, streams): each
+test here failed before its fix (or guards a statement of the seeds that no
+other test checked)."""
 import ctypes
 
 import numpy as np
@@ -421,7 +422,7 @@ def test_consumer_passes_its_stream_and_orders_reads_after_it(spec, devbuf_env):
     code = textwrap.dedent(f"""
         import numpy as np, devbuf, sys
         sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
-        from test_spec_issue15 import _StreamRecorder
+        from test_spec_guarantees import _StreamRecorder
         d = devbuf.device({spec!r})
         a = np.arange(4096, dtype=np.int64)
         p = _StreamRecorder(devbuf.from_host(a, device=d))

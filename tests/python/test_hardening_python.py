@@ -1,4 +1,4 @@
-"""Issue 20 (hardening round 2): nothing devbuf hands out describes more
+"""Hardening of the Python surface: nothing devbuf hands out describes more
 memory than it owns. Each test here crashed, tripped a sanitizer or let an
 unsafe object through before its fix, and gives a clean error after it.
 docs/failure-modes.md lists the same cases with the error a user sees."""
@@ -63,7 +63,7 @@ def test_rebuild_refuses_object_and_pointer_formats(fmt):
 
 def test_rebuild_unknown_custom_dtype_still_round_trips():
     # A namespace this process does not know: the pickle's item size stands.
-    b = _pickle._rebuild_buffer(_meta(format="[nosuchns_i20$x]", itemsize=2), bytearray(8))
+    b = _pickle._rebuild_buffer(_meta(format="[nosuchns_rebuild$x]", itemsize=2), bytearray(8))
     assert b.nbytes == 8 and b.itemsize == 2
 
 
