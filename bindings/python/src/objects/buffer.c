@@ -432,7 +432,11 @@ void dbp_buffer_prepare_exports(DbpBuffer *self) {
     if (dims > 1) fast &= ~DBP_F_ONLY_BIT;
   }
   self->device_flag = self->device->is_host ? 0 : PyBUF_DEVICE;
-  self->fast_flags = fast | self->device_flag;
+  /* PyBUF_DEVICE on every device: on the host ("cpu") a PyBUF_DEVICE
+   * request is a host export (export_checks: device_export is 0), which the
+   * fast path serves as one (device_export = flags & device_flag = 0), so
+   * devbuf.view() and __dlpack__ of a host buffer take it too. */
+  self->fast_flags = fast | PyBUF_DEVICE;
 }
 
 /* Every check of an export, in order, and what a request needs done first
@@ -534,7 +538,7 @@ static inline int buffer_getbuffer_fast(DbpBuffer *self, Py_buffer *view, int fl
    * PyBUF_ND, the export needs nothing done first (for a device export the
    * device_info is ready; for a host export the host can read the memory and
    * no upload is pending), and the ledger has room. */
-  int device_export = flags & self->device_flag; /* PyBUF_DEVICE is in fast_flags only then */
+  int device_export = flags & self->device_flag; /* 0 on the host, PyBUF_DEVICE or not */
   if (DBP_CHECK_EXPORTS || DBP_UNLIKELY(self->freed) || DBP_UNLIKELY(flags & ~self->fast_flags) ||
       DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) ||
       DBP_UNLIKELY(device_export ? !self->info_ready
