@@ -65,8 +65,16 @@ static inline int dbp_try_lock_(PyObject *op) {
   uint8_t unlocked = 0; /* _Py_UNLOCKED; 1 is _Py_LOCKED (cpython/lock.h) */
   return _Py_atomic_compare_exchange_uint8(&op->ob_mutex._bits, &unlocked, 1);
 }
+static inline int dbp_try_unlock_(PyObject *op) {
+  uint8_t locked = 1;
+  return _Py_atomic_compare_exchange_uint8(&op->ob_mutex._bits, &locked, 0);
+}
 #define DBP_TRY_LOCK(op) dbp_try_lock_((PyObject *)(op))
 #define DBP_UNLOCK(op) PyMutex_Unlock(&((PyObject *)(op))->ob_mutex)
+/* PyMutex_Unlock's inline half alone: 0 if a thread parked meanwhile, and
+ * then DBP_UNLOCK must still be called (out of line, where the caller wants
+ * no stack frame on its common path). */
+#define DBP_TRY_UNLOCK(op) dbp_try_unlock_((PyObject *)(op))
 #endif
 /* Module-global state that is not an object's (statistics, a cache): a
  * PyMutex without the GIL, nothing with it. Taken only off the hot paths. */

@@ -586,10 +586,23 @@ static DBP_NOINLINE void buffer_releasebuffer_cs(PyObject *op, Py_buffer *view) 
   DBP_END_LOCKED();
 }
 
+/* A thread parked on the mutex while the try-lock held it: wake it, then
+ * finish as the caller would have. */
+static DBP_NOINLINE int buffer_getbuffer_unpark(PyObject *op, Py_buffer *view, int flags,
+                                                int done) {
+  DBP_UNLOCK(op);
+  return done ? 0 : buffer_getbuffer_cs(op, view, flags);
+}
+static DBP_NOINLINE void buffer_releasebuffer_unpark(PyObject *op, Py_buffer *view, int done) {
+  DBP_UNLOCK(op);
+  if (!done) buffer_releasebuffer_cs(op, view);
+}
+
+/* Every call below is a tail call, so the common path needs no stack frame. */
 static int buffer_getbuffer(PyObject *op, Py_buffer *view, int flags) {
   if (DBP_TRY_LOCK(op)) {
     int done = buffer_getbuffer_fast((DbpBuffer *)op, view, flags);
-    DBP_UNLOCK(op);
+    if (DBP_UNLIKELY(!DBP_TRY_UNLOCK(op))) return buffer_getbuffer_unpark(op, view, flags, done);
     if (done) return 0;
   }
   return buffer_getbuffer_cs(op, view, flags);
@@ -598,7 +611,10 @@ static int buffer_getbuffer(PyObject *op, Py_buffer *view, int flags) {
 static void buffer_releasebuffer(PyObject *op, Py_buffer *view) {
   if (DBP_TRY_LOCK(op)) {
     int done = dbp_ledger_remove_newest(&((DbpBuffer *)op)->ledger, view);
-    DBP_UNLOCK(op);
+    if (DBP_UNLIKELY(!DBP_TRY_UNLOCK(op))) {
+      buffer_releasebuffer_unpark(op, view, done);
+      return;
+    }
     if (done) return;
   }
   buffer_releasebuffer_cs(op, view);
