@@ -198,6 +198,50 @@ def test_nine_threads_share_one_buffer(rnd):
     buf.free()  # refused if the ledger thought anything was still exported
 
 
+def test_exports_race_free():
+    """Exports and releases of host DeviceBuffers (the fast path, which without
+    the GIL locks by a try-lock of the buffer's own mutex) against free() and
+    the getters (the buffer's critical section): free() succeeds only while no
+    export is alive, so no export ever sees its buffer freed, and a buffer
+    freed first refuses the export."""
+    lock = threading.Lock()
+    cur = [devbuf.from_host(np.full(16, 7, dtype=np.int64))]
+    retired = []
+
+    def export(rng, n):
+        b = cur[0]
+        try:
+            if n % 2:
+                with memoryview(b) as m:
+                    assert not b.freed and b.exports >= 1 and m[rng.randrange(16)] == 7
+            else:
+                with devbuf.view(b) as v:
+                    assert not b.freed and b.exports >= 1 and v.shape == (16,)
+        except BufferError as e:
+            assert "freed" in str(e), e  # freed before the export asked: refused
+
+    def free(rng, n):
+        with lock:
+            retired.append(cur[0])
+            cur[0] = devbuf.from_host(np.full(16, 7, dtype=np.int64))
+            todo = list(retired)
+        for b in todo:
+            try:
+                b.free()
+            except BufferError as e:
+                assert "while it is exported" in str(e), e
+                continue
+            assert b.freed and b.exports == 0
+            with lock:  # another free() worker may have freed it too
+                if b in retired:
+                    retired.remove(b)
+
+    hammer("exports vs free()", [export, export, export, free], threads=8)
+    for b in retired + cur:
+        assert b.exports == 0, f"{b.exports} exports still alive after every thread released"
+        b.free()
+
+
 # ---- device memory: exports, views and downloads of one buffer on devbuf.sim -------------
 
 def test_device_buffer_on_sim_shared(sim):

@@ -535,28 +535,13 @@ static inline int DevbufPy__FillStrides(DevbufPy_buffer_ext *view) {
   return 0;
 }
 
-static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view, int flags) {
-  int required = flags & PyBUF_REQUIRED_FLAGS;
-  /* device/device_info need no zeroing here: unless the producer sets
-   * PyBUF_DEVICE (and then fills them), step 4 clears them. */
+/* DevbufPy_GetBufferEx without step 2, for a caller that knows the type of
+ * `obj` supports every required flag of `flags` (a producer of its own). */
+static inline int DevbufPy__GetBufferExSupported(PyObject *obj, DevbufPy_buffer_ext *view,
+                                                 int flags) {
   view->flags = 0;
   view->ext_flags = 0;
   view->view.obj = NULL;
-  if (required) {
-    /* The hot path is the cache hit of DevbufPy_GetBufferSupportedFlags,
-     * inlined; a type without the buffer protocol falls through to
-     * PyObject_GetBuffer's own TypeError. */
-    int supported;
-    PyTypeObject *type = Py_TYPE(obj);
-    DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
-    if (e->type == type && e->tag == DevbufPy__CacheableTag(type))
-      supported = e->supported;
-    else if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) goto fail;
-    if (required & ~supported) {
-      DevbufPy__GetBufferExRefused(obj, required);
-      goto fail;
-    }
-  }
   if (PyObject_GetBuffer(obj, &view->view, flags) < 0) goto fail;
   if ((flags & PyBUF_WRITABLE) && view->view.readonly) {
     /* A writable request answered read-only (pyarrow's read-only Tensor
@@ -584,6 +569,35 @@ static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view,
   }
   return 0;
 fail:
+  view->device = NULL;
+  view->device_info = NULL;
+  return -1;
+}
+
+static inline int DevbufPy_GetBufferEx(PyObject *obj, DevbufPy_buffer_ext *view, int flags) {
+  int required = flags & PyBUF_REQUIRED_FLAGS;
+  /* device/device_info need no zeroing here: unless the producer sets
+   * PyBUF_DEVICE (and then fills them), step 4 clears them. */
+  if (required) {
+    /* The hot path is the cache hit of DevbufPy_GetBufferSupportedFlags,
+     * inlined; a type without the buffer protocol falls through to
+     * PyObject_GetBuffer's own TypeError. */
+    int supported;
+    PyTypeObject *type = Py_TYPE(obj);
+    DevbufPy__sf_entry *e = DevbufPy__SupportedFlagsSlot(type);
+    if (e->type == type && e->tag == DevbufPy__CacheableTag(type))
+      supported = e->supported;
+    else if (DevbufPy_GetBufferSupportedFlags(type, &supported) < 0) goto fail;
+    if (required & ~supported) {
+      DevbufPy__GetBufferExRefused(obj, required);
+      goto fail;
+    }
+  }
+  return DevbufPy__GetBufferExSupported(obj, view, flags);
+fail:
+  view->flags = 0;
+  view->ext_flags = 0;
+  view->view.obj = NULL;
   view->device = NULL;
   view->device_info = NULL;
   return -1;

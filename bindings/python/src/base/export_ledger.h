@@ -42,13 +42,19 @@ static DBP_LEDGER_COLD int dbp_ledger_grow(DbpLedger *l) {
   return 0;
 }
 
-/* Record a new export in view->internal. -1 with MemoryError set on failure. */
-static inline int dbp_ledger_add(DbpLedger *l, Py_buffer *view) {
-  if (DBP_LEDGER_UNLIKELY(l->n == l->cap) && dbp_ledger_grow(l) < 0) return -1;
+/* Record a new export in view->internal when the ledger has room
+ * (l->n < l->cap): no call. */
+static inline void dbp_ledger_add_room(DbpLedger *l, Py_buffer *view) {
   uintptr_t s = ++l->next;
   if (DBP_LEDGER_UNLIKELY(s == 0)) s = ++l->next;
   l->live[l->n++] = s;
   view->internal = (void *)s;
+}
+
+/* Record a new export in view->internal. -1 with MemoryError set on failure. */
+static inline int dbp_ledger_add(DbpLedger *l, Py_buffer *view) {
+  if (DBP_LEDGER_UNLIKELY(l->n == l->cap) && dbp_ledger_grow(l) < 0) return -1;
+  dbp_ledger_add_room(l, view);
   return 0;
 }
 
@@ -75,16 +81,23 @@ static DBP_LEDGER_COLD int dbp_ledger_remove_slow(DbpLedger *l, Py_buffer *view,
   return 0;
 }
 
-static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *owner,
-                                    const char *who) {
-  /* The common case, exports released last-in first-out: the newest live
-   * serial. (0 is never a live serial, so it cannot match.) */
+/* The common case of dbp_ledger_remove, exports released last-in first-out:
+ * 1 if view's export was the newest live one (it is now released), 0 if not
+ * (nothing done; dbp_ledger_remove decides). No call. */
+static inline int dbp_ledger_remove_newest(DbpLedger *l, Py_buffer *view) {
+  /* 0 is never a live serial, so it cannot match. */
   Py_ssize_t n = l->n;
   if (n > 0 && l->live[n - 1] == (uintptr_t)view->internal) {
     l->n = n - 1;
     view->internal = NULL;
     return 1;
   }
+  return 0;
+}
+
+static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *owner,
+                                    const char *who) {
+  if (dbp_ledger_remove_newest(l, view)) return 1;
   return dbp_ledger_remove_slow(l, view, owner, who);
 }
 

@@ -432,7 +432,11 @@ void dbp_buffer_prepare_exports(DbpBuffer *self) {
     if (dims > 1) fast &= ~DBP_F_ONLY_BIT;
   }
   self->device_flag = self->device->is_host ? 0 : PyBUF_DEVICE;
-  self->fast_flags = fast | self->device_flag;
+  /* PyBUF_DEVICE on every device: on the host ("cpu") a PyBUF_DEVICE
+   * request is a host export (export_checks: device_export is 0), which the
+   * fast path serves as one (device_export = flags & device_flag = 0), so
+   * devbuf.view() and __dlpack__ of a host buffer take it too. */
+  self->fast_flags = fast | PyBUF_DEVICE;
 }
 
 /* Every check of an export, in order, and what a request needs done first
@@ -525,23 +529,33 @@ static DBP_COLD int buffer_getbuffer_slow(DbpBuffer *self, Py_buffer *view, int 
   return export_fill(self, view, flags, device_export);
 }
 
-static int buffer_getbuffer_locked(DbpBuffer *self, Py_buffer *view, int flags) {
-  /* Fast path: the request asks only for what this buffer serves as it is
+/* The fast path: 1 with `view` filled and the export recorded, 0 (nothing
+ * done) for every other request. It makes no call, so that it may run under
+ * DBP_TRY_LOCK. */
+static inline int buffer_getbuffer_fast(DbpBuffer *self, Py_buffer *view, int flags) {
+  /* The request asks only for what this buffer serves as it is
    * (fast_flags), the memory is alive, there is no PyBUF_FORMAT without
    * PyBUF_ND, the export needs nothing done first (for a device export the
    * device_info is ready; for a host export the host can read the memory and
-   * no upload is pending), and the ledger has room. Anything else goes
-   * through buffer_getbuffer_slow, as a tail call, so that the fast path
-   * makes no call and saves no registers. */
-  int device_export = flags & self->device_flag; /* PyBUF_DEVICE is in fast_flags only then */
+   * no upload is pending), and the ledger has room. */
+  int device_export = flags & self->device_flag; /* 0 on the host, PyBUF_DEVICE or not */
   if (DBP_CHECK_EXPORTS || DBP_UNLIKELY(self->freed) || DBP_UNLIKELY(flags & ~self->fast_flags) ||
       DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) ||
       DBP_UNLIKELY(device_export ? !self->info_ready
                                  : !self->host_readable || self->event != NULL) ||
       DBP_UNLIKELY(self->ledger.n == self->ledger.cap))
-    return buffer_getbuffer_slow(self, view, flags);
-  dbp_ledger_add(&self->ledger, view); /* cannot fail: there is room */
-  return export_fill(self, view, flags, device_export);
+    return 0;
+  dbp_ledger_add_room(&self->ledger, view);
+  export_fill(self, view, flags, device_export);
+  return 1;
+}
+
+static int buffer_getbuffer_locked(DbpBuffer *self, Py_buffer *view, int flags) {
+  /* Anything the fast path does not take goes through buffer_getbuffer_slow,
+   * as a tail call, so that the fast path makes no call and saves no
+   * registers. */
+  if (buffer_getbuffer_fast(self, view, flags)) return 0;
+  return buffer_getbuffer_slow(self, view, flags);
 }
 
 static void buffer_releasebuffer_locked(DbpBuffer *self, Py_buffer *view) {
@@ -550,8 +564,65 @@ static void buffer_releasebuffer_locked(DbpBuffer *self, Py_buffer *view) {
    * let free() run under a live one). */
   dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer");
 }
+
+#if defined(Py_GIL_DISABLED)
+/* Without the GIL the common export and release (buffer_getbuffer_fast,
+ * the newest export released) run under a try-lock of the buffer's own
+ * mutex, with no critical section to begin and end (dbp_lock.h,
+ * DBP_TRY_LOCK, says why that is sound); a busy mutex, or any other
+ * request, takes the locked path (out of line, so that the try-lock path
+ * needs no stack frame), which starts over. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DBP_NOINLINE __attribute__((noinline))
+#else
+#define DBP_NOINLINE
+#endif
+static DBP_NOINLINE int buffer_getbuffer_cs(PyObject *op, Py_buffer *view, int flags) {
+  DBP_RETURN_LOCKED(int, op, buffer_getbuffer_locked((DbpBuffer *)op, view, flags));
+}
+static DBP_NOINLINE void buffer_releasebuffer_cs(PyObject *op, Py_buffer *view) {
+  DBP_BEGIN_LOCKED(op);
+  buffer_releasebuffer_locked((DbpBuffer *)op, view);
+  DBP_END_LOCKED();
+}
+
+/* A thread parked on the mutex while the try-lock held it: wake it, then
+ * finish as the caller would have. */
+static DBP_NOINLINE int buffer_getbuffer_unpark(PyObject *op, Py_buffer *view, int flags,
+                                                int done) {
+  DBP_UNLOCK(op);
+  return done ? 0 : buffer_getbuffer_cs(op, view, flags);
+}
+static DBP_NOINLINE void buffer_releasebuffer_unpark(PyObject *op, Py_buffer *view, int done) {
+  DBP_UNLOCK(op);
+  if (!done) buffer_releasebuffer_cs(op, view);
+}
+
+/* Every call below is a tail call, so the common path needs no stack frame. */
+static int buffer_getbuffer(PyObject *op, Py_buffer *view, int flags) {
+  if (DBP_TRY_LOCK(op)) {
+    int done = buffer_getbuffer_fast((DbpBuffer *)op, view, flags);
+    if (DBP_UNLIKELY(!DBP_TRY_UNLOCK(op))) return buffer_getbuffer_unpark(op, view, flags, done);
+    if (done) return 0;
+  }
+  return buffer_getbuffer_cs(op, view, flags);
+}
+
+static void buffer_releasebuffer(PyObject *op, Py_buffer *view) {
+  if (DBP_TRY_LOCK(op)) {
+    int done = dbp_ledger_remove_newest(&((DbpBuffer *)op)->ledger, view);
+    if (DBP_UNLIKELY(!DBP_TRY_UNLOCK(op))) {
+      buffer_releasebuffer_unpark(op, view, done);
+      return;
+    }
+    if (done) return;
+  }
+  buffer_releasebuffer_cs(op, view);
+}
+#else
 DBP_LOCKED_GETBUFFER(DbpBuffer, buffer_getbuffer)
 DBP_LOCKED_RELEASEBUFFER(DbpBuffer, buffer_releasebuffer)
+#endif
 
 static PyBufferProcs buffer_as_buffer = {
     .bf_getbuffer = (getbufferproc)buffer_getbuffer,

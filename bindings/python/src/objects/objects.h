@@ -42,7 +42,8 @@ typedef struct DbpBuffer {
    * zero (never prepared) sends every request but PyBUF_SIMPLE to the full
    * checks. fast_flags: the request bits the export fast path may take
    * without the checks (no PyBUF_WRITABLE if read-only, no Fortran bit if
-   * the array cannot be Fortran-contiguous, PyBUF_DEVICE only off the host);
+   * the array cannot be Fortran-contiguous; PyBUF_DEVICE always, a host
+   * export on the host);
    * device_flag: PyBUF_DEVICE if a PyBUF_DEVICE request gets a device
    * export (any device but "cpu"), else 0. */
   int fast_flags;

@@ -157,7 +157,12 @@ DbpView *dbp_view_new(PyObject *obj, int flags) {
       return NULL;
     }
   }
-  if (DevbufPy_GetBufferEx(obj, &v->buf, VIEW_FLAGS | flags) < 0) {
+  /* A DeviceBuffer supports every request flag (dbp_buffer_init says
+   * so): no need to look its answer up (a thread-local cache without the
+   * GIL). */
+  if ((Py_IS_TYPE(obj, &DbpBuffer_Type)
+           ? DevbufPy__GetBufferExSupported(obj, &v->buf, VIEW_FLAGS | flags)
+           : DevbufPy_GetBufferEx(obj, &v->buf, VIEW_FLAGS | flags)) < 0) {
     /* An exporter that cannot describe its data in a format string (NumPy
      * with ml_dtypes' bfloat16) may still say it through DLPack or the
      * array interface; if not, its own error stands. */
