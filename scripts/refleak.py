@@ -18,7 +18,10 @@ How a module is measured (the -R rules):
     (warmups - 1) + repeats runs of the tests themselves;
   * tests slower than --slow seconds in the suite's run (subprocesses, long
     stress loops) are not repeated, so that the hunt costs a few runs of the
-    quick tests; each module's line says how many were left out;
+    quick tests; nor are tests marked `refleak_unrepeated(reason)`, whose
+    growth is a library's own (nanoarrow 0.9.0 keeps a reference per call
+    of c_array(list) and two per to_pylist(), no devbuf object involved);
+    each module's line says how many were left out;
   * before each measurement, the caches that regrtest clears are cleared
     (re, struct, typing, the type cache) and the garbage is collected;
   * four gauges: sys.gettotalrefcount() (`references`, debug interpreters
@@ -197,6 +200,7 @@ class Hunt:
         self.failed = set()   # modules with a failure in the reported run
         self.seconds = {}     # nodeid -> seconds of its reported run (setup, call, teardown)
         self.skipped_slow = 0
+        self.skipped_marked = 0
         self.lines = []
         self.leaking = self.unmeasured = 0
         self.excess = [0] * len(GAUGES)
@@ -302,8 +306,10 @@ class Hunt:
         # long stress loops) are not repeated: the hunt's cost stays a few
         # runs of the quick tests. How many is said.
         slow = [it for it in group if self.seconds.get(it.nodeid, 0.0) > self.slow]
-        group = [it for it in group if it not in slow]
+        marked = [it for it in group if it not in slow and it.get_closest_marker("refleak_unrepeated")]
+        group = [it for it in group if it not in slow and it not in marked]
         self.skipped_slow += len(slow)
+        self.skipped_marked += len(marked)
         if not group:
             self._say(f"--   {name}: every test is slower than {self.slow:g} s: not repeated")
             return
@@ -312,6 +318,7 @@ class Hunt:
         base, _ = self._runs(group, body=False, warm=1)
         got, bad = self._runs(group, body=True, warm=self.warmups - 1)
         took = f", {len(slow)} slow not repeated" if slow else ""
+        took += f", {len(marked)} marked refleak_unrepeated" if marked else ""
         took = f" [{len(group)} tests{took}; {time.monotonic() - t0:.1f} s]"
         if bad:
             self.unmeasured += 1
@@ -371,7 +378,7 @@ class Hunt:
                 f"(gated: {','.join(self.gated)}, references in {','.join(sorted(self.references)) or 'none'}; "
                 f"{refs} references, +{self.excess[1]} held, +{self.excess[2]} blocks, +{self.excess[3]} fds per run; "
                 f"warmups {self.warmups}, repeats {self.repeats}; {self.skipped_slow} tests slower than "
-                f"{self.slow:g} s not repeated)")
+                f"{self.slow:g} s and {self.skipped_marked} marked refleak_unrepeated not repeated)")
 
     def ok(self):
         return self.measured > 0 and self.leaking == 0 and self.unmeasured == 0
@@ -410,6 +417,9 @@ _LAST = {}  # the hunt of the last pytest run, for main()
 
 
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "refleak_unrepeated(reason): the leak hunt (scripts/refleak.py) does not repeat "
+        "this test: its growth is a library's own, not devbuf's")
     sel = config.getoption("refleak", None)
     if sel:
         hunt = Hunt(config, sel, config.getoption("refleak_warmups"), config.getoption("refleak_repeats"),
