@@ -31,10 +31,12 @@
 # CPython's assertions on. With the `leaks` step, scripts/refleak.py rides
 # in that same pytest run as a plugin: after the suite's own run of each
 # hunted module it repeats the module's quick tests, in the manner of
-# CPython's `regrtest -R`, and compares allocated blocks, open descriptors and
-# sys.gettotalrefcount() between the repeats; the step is green when no
-# module leaks (its verdict: build-sid/refleak-3.14d.log). `leaks` without
-# `suite` runs the hunt alone, over the hunted modules only.
+# CPython's `regrtest -R`, and compares the references held on live objects,
+# allocated blocks, open descriptors and sys.gettotalrefcount() between the
+# repeats (which of them decide: scripts/refleak.py); the step is green when
+# no module leaks (its verdict: build-sid/refleak-3.14d.log). `leaks` without
+# `suite` runs the hunt alone, over the hunted modules only (SID_TESTS, else
+# SID_REFLEAK's modules, else refleak.py's list).
 #
 # Needs root (debootstrap, chroot, mount namespaces) and the package indexes
 # (Debian's archive, PyPI). Last line, always: "python-sid: N passed, M failed".
@@ -198,9 +200,14 @@ for t in "${TAGS[@]}"; do
   fi
   if has_step leaks && [[ "$t" == 3.14d ]]; then
     if ! has_step suite; then
-      # The hunt alone: the hunted modules (SID_TESTS, else refleak.py's list).
+      # The hunt alone: the hunted modules (SID_TESTS, else SID_REFLEAK's, else
+      # refleak.py's list).
       paths=()
       for x in ${SID_TESTS:-}; do paths+=("/src/$x"); done
+      if (( ${#paths[@]} == 0 )) && [[ -n "${SID_REFLEAK:-}" && "$SID_REFLEAK" != default ]]; then
+        if [[ "$SID_REFLEAK" == all ]]; then paths=(/src/tests/python)
+        else for x in ${SID_REFLEAK//,/ }; do paths+=("/src/tests/python/$x"); done; fi
+      fi
       rm -f "$OUT/refleak-$t.log"
       in_root "$SIDROOT" "${envs[@]}" "$py" /src/scripts/refleak.py --report "/build/refleak-$t.log" \
         "${paths[@]}" >"$OUT/refleak-run-$t.log" 2>&1

@@ -30,6 +30,10 @@ def pytest_configure(config):
     # pytest-run-parallel's marker (scripts/run-parallel.sh), known without it too.
     config.addinivalue_line(
         "markers", "thread_unsafe(reason=None): run in one thread only under pytest-run-parallel")
+    # scripts/refleak.py's marker (the leak hunt of the debug-interpreter stage).
+    config.addinivalue_line(
+        "markers", "refleak_unrepeated(reason): the leak hunt does not repeat this test: its growth "
+        "is a library's own, not devbuf's")
     if not (BUILD / "python" / "devbuf").is_dir():
         raise pytest.UsageError(
             f"no devbuf package under {BUILD}/python: build with -DDEVBUF_BUILD_PYTHON=ON "

@@ -118,6 +118,13 @@ def test_primitive_round_trip_pyarrow(np_dtype, fmt, arrow_fmt, pa_type):
         assert bytes(memoryview(v)) == vals.tobytes()
 
 
+# nanoarrow 0.9.0 keeps a reference for good on each na.c_array(list, schema)
+# (+1) and each Array.to_pylist() (+2), with no devbuf object involved (the
+# same calls on a pyarrow array's data): the leak hunt would blame this test
+# for it. Its devbuf paths (export to a consumer, from_arrow) are the pyarrow
+# round trip's, which the hunt repeats.
+@pytest.mark.refleak_unrepeated(reason="nanoarrow 0.9.0 keeps references (c_array(list) +1, "
+                                "to_pylist() +2 a call)")
 @pytest.mark.parametrize("np_dtype,fmt,arrow_fmt,pa_type", PRIMITIVES)
 def test_primitive_round_trip_nanoarrow(np_dtype, fmt, arrow_fmt, pa_type):
     if np_dtype == "float16" and hasattr(sys, "gettotalrefcount"):

@@ -209,3 +209,36 @@ def test_release_refused_while_download_runs(devbuf_env):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["refused", "refused"]
+
+
+@pytest.mark.skipif(not hasattr(sys, "gettotalrefcount"), reason="needs a debug interpreter")
+@pytest.mark.parametrize("call", [
+    lambda: devbuf.view(object()),                  # no route at all
+    lambda: devbuf.view(b"abc", writable=True),     # an exporter that refuses the request
+    lambda: devbuf.DeviceView(object()),
+])
+def test_failed_view_leaves_the_reference_total_flat(call):
+    # Each failed call makes a DeviceView and drops it on its error path.
+    # The extension must count that drop: built without the interpreter's
+    # own pyconfig.h (Debian's python3.X-dbg, whose include folder links
+    # to the release headers), its Py_DECREF is not counted by a debug
+    # interpreter and each failure read as +1 reference
+    # (cmake/python-headers.cmake).
+    def once():
+        try:
+            call()
+        except (BufferError, TypeError, ValueError):
+            pass
+        else:
+            raise AssertionError("the call was expected to fail")
+
+    n = 2000
+    for _ in range(20):
+        once()
+    gc.collect()
+    before = sys.gettotalrefcount()
+    for _ in range(n):
+        once()
+    gc.collect()
+    grew = sys.gettotalrefcount() - before
+    assert grew < n // 20, f"{grew:+d} references over {n} failed calls"
