@@ -34,6 +34,7 @@ import pickle
 import re
 import struct
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -345,15 +346,17 @@ TARGETS = {"parse_format": fuzz_parse_format, "interface": fuzz_interface,
 
 
 _DECORATED = {}
+_DECORATED_LOCK = threading.Lock()  # two threads must not decorate one target twice
 
 
 def run(target, seconds, examples=200):
     """Run one target in rounds of `examples` until `seconds` have passed
     (at least one round): bounded time, fresh random inputs each round."""
     key = (target, examples)
-    if key not in _DECORATED:  # hypothesis takes one settings object per function
-        _DECORATED[key] = settings(max_examples=examples, **SETTINGS)(TARGETS[target])
-    fn = _DECORATED[key]
+    with _DECORATED_LOCK:
+        if key not in _DECORATED:  # hypothesis takes one settings object per function
+            _DECORATED[key] = settings(max_examples=examples, **SETTINGS)(TARGETS[target])
+        fn = _DECORATED[key]
     t0, rounds = time.monotonic(), 0
     while True:
         fn()

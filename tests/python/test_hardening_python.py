@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import threading
+
 import pytest
 
 import devbuf
@@ -121,24 +123,26 @@ def test_released_view_does_not_read_the_producers_fields(use):
     ({"kind": "float", "itemsize": 4, "alignment": 3, "bits": 32}, "not a power of two"),
 ])
 def test_inconsistent_namespace_description_is_refused(desc, why):
-    devbuf.register_dtype_namespace("i20bad", lambda payload: dict(desc))
+    ns = f"badns{threading.get_ident()}"  # one per thread: run-parallel runs it in several
+    devbuf.register_dtype_namespace(ns, lambda payload: dict(desc))
     try:
-        with pytest.raises(ValueError, match=r"i20bad.*" + why):
-            devbuf.parse_format("[i20bad$x]")
-        with pytest.raises(ValueError, match="i20bad"):
-            devbuf.empty((), format="[i20bad$x]")
+        with pytest.raises(ValueError, match=ns + ".*" + why):
+            devbuf.parse_format(f"[{ns}$x]")
+        with pytest.raises(ValueError, match=ns):
+            devbuf.empty((), format=f"[{ns}$x]")
     finally:
-        devbuf.unregister_dtype_namespace("i20bad")
+        devbuf.unregister_dtype_namespace(ns)
 
 
 def test_consistent_namespace_description_is_accepted():
+    ns = f"goodns{threading.get_ident()}"
     devbuf.register_dtype_namespace(
-        "i20good", lambda p: {"kind": "float", "itemsize": 2, "alignment": 2, "bits": 16,
-                              "dlpack": (2, 16)})
+        ns, lambda p: {"kind": "float", "itemsize": 2, "alignment": 2, "bits": 16,
+                       "dlpack": (2, 16)})
     try:
-        assert devbuf.empty((), format="[i20good$x]").nbytes == 2
+        assert devbuf.empty((), format=f"[{ns}$x]").nbytes == 2
     finally:
-        devbuf.unregister_dtype_namespace("i20good")
+        devbuf.unregister_dtype_namespace(ns)
 
 
 # ---- imported arrays: DLPack, CUDA Array Interface, __array_interface__ ------------

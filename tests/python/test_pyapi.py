@@ -133,6 +133,7 @@ def test_copy_from_device_buffer():
     assert np.array_equal(np.asarray(dst.to_host()), a)
 
 
+@pytest.mark.thread_unsafe(reason="tracemalloc's peak is the process's: other threads' copies count in it")
 def test_copy_from_makes_no_host_copy_for_contiguous_sources():
     # tracemalloc sees PyMem_RawMalloc: the gather temporary of a strided
     # source is counted; a contiguous source is uploaded from where it is.
