@@ -75,6 +75,7 @@ def test_load_plugin_again_by_path(devbuf_build):
     assert len(devbuf.plugins()) == before
 
 
+@pytest.mark.thread_unsafe(reason="live_bytes is the plugin's, for the whole process: another thread's allocation counts in it")
 def test_plugin_stats():
     s = devbuf.plugin_stats("cpu")
     assert set(s) == {"live_allocations", "live_bytes", "total_allocations", "live_streams",

@@ -6,6 +6,7 @@ import inspect
 import os
 import subprocess
 import sys
+import threading
 import types
 
 import pytest
@@ -95,11 +96,12 @@ def test_array_attributes():
     assert z.size == 1 and z.ndim == 0
     with pytest.raises(TypeError, match="0-d"):
         len(z)
-    devbuf.register_dtype_namespace("pyapi_test", lambda payload: {"itemsize": 4})
+    ns = f"pyapi_test{threading.get_ident()}"  # one per thread: run-parallel runs it in several
+    devbuf.register_dtype_namespace(ns, lambda payload: {"itemsize": 4})
     try:
-        assert devbuf.empty(3, "[pyapi_test$w]").dtype is None  # no NumPy dtype for it
+        assert devbuf.empty(3, f"[{ns}$w]").dtype is None  # no NumPy dtype for it
     finally:
-        devbuf.unregister_dtype_namespace("pyapi_test")
+        devbuf.unregister_dtype_namespace(ns)
     with devbuf.view(b) as v:
         assert v.format_info == b.format_info == v.dtype
 
