@@ -541,6 +541,39 @@ size_t devbuf__dtype_ns_count(void) {
   return 1 + registered_count() + pn.seen;
 }
 
+/* The one-pass listing. Both lists are append-only (a removal only marks its
+ * record), so a single walk sees every namespace that stays registered while
+ * it runs; listing by index cannot promise that, since a removal between two
+ * calls shifts the indices after it. */
+typedef struct ns_fill {
+  const devbuf_dtype_namespace **ns;
+  const char **sources;
+  size_t capacity, n;
+} ns_fill;
+
+static void ns_fill_put(ns_fill *f, const devbuf_dtype_namespace *ns, const char *source) {
+  if (f->n < f->capacity) {
+    f->ns[f->n] = ns;
+    if (f->sources) f->sources[f->n] = source;
+  }
+  f->n++;
+}
+
+static bool plugin_fill_fn(const devbuf_dtype_namespace *ns, const char *plugin, void *arg) {
+  ns_fill_put((ns_fill *)arg, ns, plugin);
+  return false;
+}
+
+size_t devbuf__dtype_ns_list(const devbuf_dtype_namespace **ns, const char **sources,
+                             size_t capacity, size_t at) {
+  ns_fill f = {ns, sources, ns == NULL ? 0 : capacity, at};
+  ns_fill_put(&f, &BUILTIN_NS, "builtin");
+  for (reg_entry *e = atomic_load(&g_head); e != NULL; e = e->next)
+    if (!atomic_load(&e->removed)) ns_fill_put(&f, e->ns, "registered");
+  each_plugin_ns(plugin_fill_fn, &f);
+  return f.n;
+}
+
 int devbuf__dtype_ns_get(size_t index, const devbuf_dtype_namespace **ns,
                                           const char **source, devbuf_error *err) {
   if (ns == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_namespace_get: NULL ns");

@@ -83,6 +83,16 @@ int devbuf__dtype_interpret(const char *id, const char *payload, size_t len,
 
 size_t devbuf__dtype_namespace_count(void) { return 2 + devbuf__dtype_ns_count(); }
 
+size_t devbuf__dtype_namespace_list(const devbuf_dtype_namespace **ns, const char **sources,
+                                    size_t capacity) {
+  if (ns == NULL) capacity = 0;
+  for (size_t i = 0; i < 2 && i < capacity; i++) {
+    ns[i] = i == 0 ? &STRUCT_NS : &BUFFER_NS;
+    if (sources) sources[i] = "reserved";
+  }
+  return devbuf__dtype_ns_list(ns, sources, capacity, 2);
+}
+
 int devbuf__dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
                                 const char **source, devbuf_error *err) {
   if (ns == NULL) return devbuf_error_set(err, DEVBUF_EINVAL, "dtype_namespace_get: NULL ns");

@@ -134,11 +134,38 @@ def test_python_namespace_from_threads(acme):
 
 
 def test_unregister_then_unknown():
-    devbuf.register_dtype_namespace("tmpns", lambda p: {"itemsize": 1})
-    assert devbuf.parse_format("[tmpns$x]").itemsize == 1
-    devbuf.unregister_dtype_namespace("tmpns")
-    with pytest.raises(devbuf.FormatError, match="tmpns"):
-        devbuf.parse_format("[tmpns$x]")
+    ns = f"tmpns{threading.get_ident()}"  # one per thread: run-parallel runs it in several
+    devbuf.register_dtype_namespace(ns, lambda p: {"itemsize": 1})
+    assert devbuf.parse_format(f"[{ns}$x]").itemsize == 1
+    devbuf.unregister_dtype_namespace(ns)
+    with pytest.raises(devbuf.FormatError, match=ns):
+        devbuf.parse_format(f"[{ns}$x]")
+
+
+def test_dtype_namespaces_lists_a_namespace_while_others_come_and_go():
+    # Listing by index missed a namespace that stayed registered whenever
+    # another thread unregistered one listed before it (free-threaded builds).
+    me = threading.get_ident()
+    stable = f"stable{me}"
+    devbuf.register_dtype_namespace(stable, lambda p: {"itemsize": 1})
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            for i in range(4):
+                devbuf.register_dtype_namespace(f"churn{me}x{i}", lambda p: {"itemsize": 1})
+                devbuf.unregister_dtype_namespace(f"churn{me}x{i}")
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        missed = sum([x["id"] for x in devbuf.dtype_namespaces()].count(stable) != 1
+                     for _ in range(2000))
+    finally:
+        stop.set()
+        t.join()
+        devbuf.unregister_dtype_namespace(stable)
+    assert missed == 0, f"{missed} of 2000 listings did not list {stable!r} exactly once"
 
 
 def test_view_dtype_of_custom_format():

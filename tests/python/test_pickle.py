@@ -458,24 +458,25 @@ def test_custom_dtype_formats_preserved(device, fmt, shape, protocol):
 def test_unknown_custom_dtype_round_trips_in_another_process(devbuf_env):
     """A namespace registered only in the dumping process: the loader keeps
     the format verbatim and uses the pickled item size."""
+    ns = f"acmepk{threading.get_ident()}"  # one per thread: run-parallel runs it in several
     devbuf.register_dtype_namespace(
-        "acmepk", lambda p: {"kind": "uint", "itemsize": 3, "alignment": 1, "bits": 24}
+        ns, lambda p: {"kind": "uint", "itemsize": 3, "alignment": 1, "bits": 24}
         if p == "u24" else None)
     try:
-        b = devbuf.empty((2, 4), "[acmepk$u24]", device="cpu")
+        b = devbuf.empty((2, 4), f"[{ns}$u24]", device="cpu")
         np.frombuffer(memoryview(b).cast("B"), np.uint8)[:] = np.arange(24, dtype=np.uint8)
         data = pickle.dumps(b, protocol=5)
     finally:
-        devbuf.unregister_dtype_namespace("acmepk")
+        devbuf.unregister_dtype_namespace(ns)
     code = (
         "import pickle, sys, devbuf\n"
         "b = pickle.loads(sys.stdin.buffer.read())\n"
-        "assert not any(n['id'] == 'acmepk' for n in devbuf.dtype_namespaces())\n"
+        f"assert not any(n['id'] == {ns!r} for n in devbuf.dtype_namespaces())\n"
         "print(b.format, b.shape, b.itemsize, bytes(memoryview(b).cast('B')).hex())\n")
     r = subprocess.run([sys.executable, "-c", code], input=data, env=devbuf_env,
                        capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
-    assert r.stdout.decode().split() == ["[acmepk$u24]", "(2,", "4)", "3", bytes(range(24)).hex()]
+    assert r.stdout.decode().split() == [f"[{ns}$u24]", "(2,", "4)", "3", bytes(range(24)).hex()]
 
 
 # ---- the unpickle policy ------------------------------------------------------------------

@@ -218,6 +218,62 @@ static void test_concurrent_unregister(void) {
          atomic_load(&g_ok), atomic_load(&g_missing));
 }
 
+/* ---- listing while others register and unregister ------------------------------
+ * devbuf_dtype_namespace_list must list a namespace that stays registered
+ * the whole time, once, however the others come and go; listing by index
+ * (count + get) can miss it when one before it is removed between calls. */
+static const devbuf_dtype_namespace NS_STABLE = NS("stable", fixed4);
+static const devbuf_dtype_namespace NS_CHURN[4] = {NS("churn0", fixed4), NS("churn1", fixed4),
+                                                   NS("churn2", fixed4), NS("churn3", fixed4)};
+static atomic_int g_churn_stop;
+
+static void *churn_thread(void *arg) {
+  (void)arg;
+  devbuf_error err;
+  while (!atomic_load(&g_churn_stop))
+    for (int i = 0; i < 4; i++) {
+      (void)devbuf_dtype_register(&NS_CHURN[i], &err);
+      (void)devbuf_dtype_unregister(NS_CHURN[i].id, &err);
+    }
+  return NULL;
+}
+
+static void test_listing_while_others_churn(void) {
+  devbuf_error err;
+  CHECK_OK(devbuf_dtype_register(&NS_STABLE, &err), &err);
+  /* Capacity 0 (and NULL arrays) only counts. */
+  size_t n0 = devbuf_dtype_namespace_list(NULL, NULL, 0);
+  CHECK(n0 == devbuf_dtype_namespace_count(), "count %zu vs %zu", n0, devbuf_dtype_namespace_count());
+  atomic_store(&g_churn_stop, 0);
+  pthread_t th;
+  pthread_create(&th, NULL, churn_thread, NULL);
+  int bad = 0, index_missed = 0;
+  enum { CAP = 32 };
+  for (int round = 0; round < 20000; round++) {
+    const devbuf_dtype_namespace *ns[CAP];
+    const char *src[CAP];
+    size_t n = devbuf_dtype_namespace_list(ns, src, CAP);
+    int seen = 0;
+    for (size_t i = 0; i < n && i < CAP; i++)
+      if (ns[i] == &NS_STABLE) seen += strcmp(src[i], "registered") == 0;
+    if (n > CAP || seen != 1) bad++;
+    /* The same by index, only to show the difference this call makes. */
+    size_t m = devbuf_dtype_namespace_count();
+    int seen_by_index = 0;
+    for (size_t i = 0; i < m; i++) {
+      const devbuf_dtype_namespace *x = NULL;
+      if (devbuf_dtype_namespace_get(i, &x, NULL, NULL) == DEVBUF_OK && x == &NS_STABLE) seen_by_index++;
+    }
+    index_missed += seen_by_index != 1;
+  }
+  atomic_store(&g_churn_stop, 1);
+  pthread_join(th, NULL);
+  CHECK(bad == 0, "%d of 20000 one-pass listings did not list 'stable' exactly once", bad);
+  printf("     20000 listings while another thread churns: one pass missed %d, by index %d\n", bad,
+         index_missed);
+  CHECK_OK(devbuf_dtype_unregister("stable", &err), &err);
+}
+
 /* ---- namespaces from plugins -------------------------------------------------------- */
 static int stub_count(void *s, int *c, devbuf_error *e) {
   (void)s;
@@ -312,6 +368,7 @@ int main(void) {
   RUN(test_lookup_and_listing);
   RUN(test_unregister);
   RUN(test_concurrent_unregister);
+  RUN(test_listing_while_others_churn);
   RUN(test_plugin_namespaces);
   printf("%d passed, %d failed\n", devbuf_test_passed, devbuf_test_failed);
   return devbuf_test_failed ? 1 : 0;

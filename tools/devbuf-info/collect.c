@@ -629,13 +629,34 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
 
 #ifdef DEVBUF_INFO_HAVE_FORMAT
   m->have_dtypes = 1;
-  size_t nns = devbuf_dtype_namespace_count();
+  /* One pass (devbuf_dtype_namespace_list), again if the set grew meanwhile. */
+  const devbuf_dtype_namespace **nss = NULL;
+  const char **srcs = NULL;
+  size_t nns = 0, cap = 0;
+  for (;;) {
+    nns = devbuf_dtype_namespace_list(nss, srcs, cap);
+    if (nns <= cap) break;
+    free(nss);
+    free(srcs);
+    cap = nns + 8;
+    nss = calloc(cap, sizeof *nss);
+    srcs = calloc(cap, sizeof *srcs);
+    if (nss == NULL || srcs == NULL) {
+      free(nss);
+      free(srcs);
+      return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+    }
+  }
   m->dtypes = calloc(nns ? nns : 1, sizeof *m->dtypes);
-  if (m->dtypes == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  if (m->dtypes == NULL) {
+    free(nss);
+    free(srcs);
+    return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
+  }
   for (size_t i = 0; i < nns; i++) {
-    const devbuf_dtype_namespace *ns = NULL;
-    const char *source = NULL;
-    if (devbuf_dtype_namespace_get(i, &ns, &source, NULL) != DEVBUF_OK || ns == NULL) break;
+    const devbuf_dtype_namespace *ns = nss[i];
+    const char *source = srcs[i];
+    if (ns == NULL) break;
     info_dtype *d = &m->dtypes[m->ndtypes++];
     d->id = INFO_STR(ns->id);
     d->provider = INFO_STR(ns->provider);
@@ -648,6 +669,8 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
           strcmp(m->plugins[q].pi.name, source) == 0)
         d->file = m->plugins[q].pi.path;
   }
+  free(nss);
+  free(srcs);
 #else
   /* Without the format engine, the namespaces that loaded plugins offer. */
   size_t cap = 0;

@@ -283,12 +283,25 @@ DEVBUF_API int devbuf_dtype_lookup(const char *id, size_t len, const devbuf_dtyp
  * as the engine does for [id$payload]. out->struct_size is set here. */
 DEVBUF_API int devbuf_dtype_interpret(const char *id, const char *payload, size_t len,
                                       devbuf_dtype_desc *out, devbuf_error *err);
-/* A snapshot listing for tools: the builtin, reserved, registered and plugin
+/* A listing for tools, by index: the builtin, reserved, registered and plugin
  * namespaces. devbuf_dtype_namespace_get fills *ns and *source for index
- * < count; DEVBUF_ENOTFOUND past the end (the set can change between calls). */
+ * < count; DEVBUF_ENOTFOUND past the end. The set can change between calls,
+ * and a namespace removed meanwhile shifts the ones after it, so that a
+ * namespace registered the whole time can be missed: while other threads
+ * register and unregister, use devbuf_dtype_namespace_list. */
 DEVBUF_API size_t devbuf_dtype_namespace_count(void);
 DEVBUF_API int devbuf_dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
                                           const char **source, devbuf_error *err);
+/* The same listing in one pass: fills ns[i] and sources[i] (sources may be
+ * NULL) for i below both `capacity` and the result, and returns how many
+ * namespaces there are; if that is more than capacity, call again with a
+ * larger array. Every namespace registered during the whole call is listed,
+ * once. ns may be NULL (then capacity is taken as 0). The pointers stored
+ * are those of devbuf_dtype_lookup: *ns[i] is the registrant's descriptor,
+ * valid until it is unregistered (plugins' until the process ends), and
+ * sources[i] is static or runtime-owned storage. */
+DEVBUF_API size_t devbuf_dtype_namespace_list(const devbuf_dtype_namespace **ns,
+                                              const char **sources, size_t capacity);
 /* Which package defines a well-known foreign id ("numpy" -> "numpy",
  * "ml_dtypes" -> "ml_dtypes", "arrow" -> "pyarrow", ...; a dotted id such as
  * "numpy.dtypes" matches its first component). NULL if unknown. Static. */
