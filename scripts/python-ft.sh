@@ -153,8 +153,21 @@ assert not sys._is_gil_enabled(), "the GIL was enabled by importing " + ", ".joi
 print("imported", len(mods), "devbuf modules; GIL still off")
 ' 2>&1; then pass "import devbuf leaves the GIL off"; else fail "import devbuf leaves the GIL off"; fi
   # The whole suite, GIL forced off (PYTHON_GIL=0 also guards against a
-  # module re-enabling it halfway through).
-  if PYTHON_GIL=0 DEVBUF_BUILD_DIR="$OUT/build-t" PYTHONPATH="$OUT/build-t/python" \
+  # module re-enabling it halfway through), each test run by FT_SUITE_THREADS
+  # (default 4) threads at once (scripts/run-parallel.sh, pytest-run-parallel):
+  # every test still runs, so this replaces a run in one thread, for the same
+  # time on two cores; the tests marked thread_unsafe run in one thread.
+  # FT_SUITE_THREADS=1 runs the suite once, in one thread, as before.
+  if [ "${FT_SUITE_THREADS:-4}" -gt 1 ]; then
+    if FT_DIR="$OUT" RUN_PARALLEL_THREADS="${FT_SUITE_THREADS:-4}" "$ROOT/scripts/run-parallel.sh" \
+        >"$OUT/pytest-t.log" 2>&1; then
+      pass "pytest tests/python on 3.13t, GIL off, each test in ${FT_SUITE_THREADS:-4} threads: $(grep '^run-parallel: [0-9]' "$OUT/pytest-t.log" | tail -1 | sed 's/^run-parallel: //')"
+      tail -1 "$OUT/pytest-t.log"
+    else
+      cat "$OUT/pytest-t.log"
+      fail "pytest tests/python on 3.13t, GIL off, each test in ${FT_SUITE_THREADS:-4} threads (see $OUT/run-parallel.log)"
+    fi
+  elif PYTHON_GIL=0 DEVBUF_BUILD_DIR="$OUT/build-t" PYTHONPATH="$OUT/build-t/python" \
       "$PYT" -m pytest -q -rfE -p no:cacheprovider tests/python \
       --ignore-glob='*/test_thirdparty_*' >"$OUT/pytest-t.log" 2>&1; then
     pass "pytest tests/python on 3.13t, GIL off: $(tail -1 "$OUT/pytest-t.log" | tr -d =)"

@@ -2,8 +2,9 @@
 # run-parallel.sh: devbuf's whole Python suite on free-threaded CPython 3.13t
 # with the GIL off, every test run by 4 threads at once (pytest-run-parallel,
 # pinned in requirements-ft.txt), as NumPy's and SciPy's free-threaded CI do.
-# Uses the interpreter, venv and devbuf build of scripts/python-ft.sh (run it
-# first; the test command does). Tests that are thread-unsafe by construction
+# Uses the interpreter, venv and devbuf build of scripts/python-ft.sh, whose
+# suite step (in the test command) runs this script; by hand, run
+# python-ft.sh first. Tests that are thread-unsafe by construction
 # carry @pytest.mark.thread_unsafe(reason=...) and run in one thread; the
 # stage prints how many (scripts/run_parallel_count.py) and fails above 10%
 # of the items. Deadlines in the tests are multiplied by

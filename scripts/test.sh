@@ -7,13 +7,13 @@
 #                             the default interpreter only
 #
 # Stages: the plain build (ctest + pytest, the third-party suites, the
-# conformance kit, the docs), the CPython matrix, the GPU check's dry run,
+# conformance kit, the docs), the GPU check's dry run,
 # the sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, ctest),
 # the ThreadSanitizer build (ctest -L tsan), the fuzzers (bounded) and the
 # Python fuzz stage (hypothesis against the ASan+UBSan extension, bounded);
-# the CPython reference (patched 3.13 and 3.13t); alongside them, in a second
-# lane (the other core): free-threaded 3.13t and CPython 3.14/3.15/3.14-dbg in
-# a Debian sid root.
+# free-threaded 3.13t (each test in 4 threads at once); the CPython reference
+# (patched 3.13 and 3.13t); alongside them, in a second lane (the other core):
+# CPython 3.14/3.15/3.14-dbg in a Debian sid root, then the CPython matrix.
 #
 # Each stage prints its elapsed time; the run ends with a table (stage,
 # result, counts, seconds), the total, "test stages: N passed, M failed, K
@@ -78,24 +78,23 @@ if (( QUICK )); then
   exit
 fi
 
-# ---- the second lane: the other interpreters ------------------------------
+# ---- the second lane: other interpreters -----------------------------------
 # The machines have 2 cores, and most stages are one pytest process: these
 # stages, which build and test devbuf against interpreters of their own (in
-# build-ft/, build-sid/ and the cache), run in a second
-# lane alongside the plain, sanitizer and fuzz stages below (scripts/stage.sh:
-# stage_lane). Their output is printed when the lane ends.
+# build-sid/, build-matrix/ and the cache), run in a second lane alongside
+# the stages below (scripts/stage.sh: stage_lane). Their output is printed
+# when the lane ends. Which stage goes in which lane only balances the two:
+# each lane takes about half the time of a warm run (docs/development.md).
 other_interpreters() {
-  # Free-threaded CPython 3.13t: built from Debian trixie's python3.13
-  # source (cached; a first run adds about 5 minutes on 2 cores), then devbuf's
-  # whole suite and the stress suite with the GIL off, and a check that
-  # importing devbuf leaves it off.
-  stage "free-threaded CPython 3.13t (GIL off: whole suite, stress suite)" scripts/python-ft.sh
   # CPython 3.14, 3.15 and the debug 3.14-dbg: Debian sid's binary packages in a
   # sid root made with debootstrap (cached under DEVBUF_CACHE): a -Werror build,
   # the taste, devbuf-info and the whole suite on each (scripts/python-sid.sh).
   # The 3.14-dbg suite run also hunts reference leaks (scripts/refleak.py).
   stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite; leak hunt on 3.14-dbg)" \
     env SID_STEPS="build taste info suite leaks" scripts/python-sid.sh
+  # Every other CPython: build, taste and a fast subset on
+  # pyenv's 3.9-3.13 (venvs cached).
+  stage "CPython matrix (3.9-3.13, fast subset)" scripts/test-matrix.sh
 }
 stage_lane other_interpreters
 
@@ -117,9 +116,6 @@ stage "conformance kit (devbuf.check on the pinned libraries, the standard libra
 # with warnings as errors (Sphinx + MyST, requirements-docs.txt).
 docs_stage() { .venv/bin/python scripts/check_doc_samples.py && scripts/docs-build.sh build; }
 stage "docs (samples: scripts/check_doc_samples.py; build: scripts/docs-build.sh)" docs_stage
-# Every other CPython: build, taste and a fast subset on
-# pyenv's 3.9-3.13 (venvs cached).
-stage "CPython matrix (3.9-3.13, fast subset)" scripts/test-matrix.sh
 # The GPU check over the fake libcuda, on the plain build just
 # made: the script for GPU machines must not rot between runs on one.
 stage "GPU check, dry run (scripts/gpu-check.sh --fake)" env OUT= scripts/gpu-check.sh --fake
@@ -163,13 +159,20 @@ stage --fatal "build (Python extension, address,undefined sanitizers)" scripts/s
 stage "python fuzz (hypothesis, ASan+UBSan extension, bounded)" python_fuzz
 # ---- end of hardening stages ----
 
+# ---- Free-threaded CPython 3.13t: built from Debian trixie's python3.13
+# source (cached; a first run adds about 10 minutes on 2 cores; the CPython
+# reference below uses the same build), then devbuf's whole suite with the
+# GIL off, each test in 4 threads at once (pytest-run-parallel; the tests
+# marked thread_unsafe in one), the stress suite, and a check that importing
+# devbuf leaves the GIL off (scripts/python-ft.sh, scripts/run-parallel.sh).
+stage "free-threaded CPython 3.13t (GIL off: whole suite, each test in 4 threads; stress suite)" \
+  scripts/python-ft.sh
+
 # ---- CPython reference: the device extension and the Stable Reads capability
 # gate inside CPython 3.13 and free-threaded 3.13t. A first run fetches
-# Debian's source (shared with the 3.13t stage of the second lane), builds the
+# Debian's source (shared with the 3.13t stage above), builds the
 # patched interpreters (cached, see scripts/cpython313.sh); then the tests and
-# devbuf's suites run. Last in this lane rather than in the second one, which
-# holds the three sid interpreters and the 3.13t runs: the two lanes then end
-# at about the same time. DEVBUF_SKIP_CPYREF=1 leaves it out of a local run
+# devbuf's suites run. DEVBUF_SKIP_CPYREF=1 leaves it out of a local run
 # (CI never sets it). See scripts/cpython-reference.sh.
 if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
   stage "CPython reference (patched 3.13 and 3.13t, TSan)" scripts/cpython-reference.sh
