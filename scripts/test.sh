@@ -13,7 +13,8 @@
 # Python fuzz stage (hypothesis against the ASan+UBSan extension, bounded);
 # free-threaded 3.13t (each test in 4 threads at once); the CPython reference
 # (patched 3.13 and 3.13t); alongside them, in a second lane (the other core):
-# CPython 3.14/3.15/3.14-dbg in a Debian sid root, then the CPython matrix.
+# CPython 3.14/3.15/3.14-dbg in a Debian sid root, then the CPython matrix,
+# then the reference's patched interpreters, built ahead (cached).
 #
 # Each stage prints its elapsed time; the run ends with a table (stage,
 # result, counts, seconds), the total, "test stages: N passed, M failed, K
@@ -95,6 +96,11 @@ other_interpreters() {
   # Every other CPython: build, taste and a fast subset on
   # pyenv's 3.9-3.13 (venvs cached).
   stage "CPython matrix (3.9-3.13, fast subset)" scripts/test-matrix.sh
+  # The CPython reference's patched trees (the first lane's last stage), built
+  # ahead into the cache: on a cold run, while the first lane still tests;
+  # on a warm one there is nothing to do (scripts/cpython313-prebuild.sh).
+  stage "CPython 3.13 patched trees, built ahead for the reference (cached)" \
+    scripts/cpython313-prebuild.sh
 }
 stage_lane other_interpreters
 
