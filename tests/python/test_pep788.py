@@ -14,6 +14,7 @@ The test extension devbuf_late_deleter (consumer_ext/late_deleter.c) runs the
 threads and reports each outcome on stderr; the script below runs in a
 subprocess with a timeout, so that a hang fails the test instead of the suite.
 """
+import os
 import pathlib
 import re
 import signal
@@ -65,6 +66,9 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 def run_child(devbuf_env, when, raw="", timeout=60):
+    # The child waits up to 5 s per stage for its threads, longer on a loaded
+    # machine (DEVBUF_TEST_TIME_SCALE, which scripts/run-parallel.sh sets).
+    timeout *= float(os.environ.get("DEVBUF_TEST_TIME_SCALE", "1"))
     args = (when, raw, str(EXAMPLES))
     try:
         p = subprocess.run([sys.executable, "-c", CHILD, *args], env=devbuf_env,

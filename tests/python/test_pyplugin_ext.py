@@ -225,6 +225,7 @@ def test_python_ext_functions_round_trip(ext):
     assert plugin.last == "naïve"
 
 
+@pytest.mark.thread_unsafe(reason="swaps sys.unraisablehook, which is the whole process's")
 def test_python_ext_function_errors(ext):
     with pytest.raises(devbuf.Error) as ei:
         P.call_ext("pyext", "divide", 1, 0)

@@ -36,7 +36,8 @@
  *                                                 and sync_device() as "sync")
  *   late: <what> <when>: ended                   the thread was ended inside
  *                                                 the call (never returned)
- *   late: <what> <when>: still blocked after 5 s  the call has not returned */
+ *   late: <what> <when>: still blocked after N s  the call has not returned
+ *                                                 (N: 5, times DEVBUF_TEST_TIME_SCALE) */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -45,6 +46,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -192,13 +194,18 @@ static void *run_job(void *p) {
   return NULL;
 }
 
-/* Wait (at most 5 s) for the jobs of `when`, and say how each ended. */
+/* Wait (at most 5 s, times DEVBUF_TEST_TIME_SCALE on a loaded machine) for
+ * the jobs of `when`, and say how each ended. */
 static void finish(int when) {
+  const char *scale_env = getenv("DEVBUF_TEST_TIME_SCALE");
+  int scale = scale_env ? atoi(scale_env) : 1;
+  if (scale < 1) scale = 1;
+  if (scale > 20) scale = 20;
   for (int i = 0; i < g_njobs; i++) {
     job *j = &g_jobs[i];
     if (j->when != when || !j->started) continue;
     int state = 0;
-    for (int t = 0; t < 5000; t++) {
+    for (int t = 0; t < 5000 * scale; t++) {
       state = atomic_load(&j->state);
       if (state >= 2) break;
       sleep_ms(1);
@@ -214,8 +221,8 @@ static void finish(int when) {
     else if (state == 3)
       snprintf(line, sizeof line, "late: %s %s: ended\n", kind_name(j->kind), w);
     else
-      snprintf(line, sizeof line, "late: %s %s: still blocked after 5 s\n", kind_name(j->kind),
-               w);
+      snprintf(line, sizeof line, "late: %s %s: still blocked after %d s\n", kind_name(j->kind),
+               w, 5 * scale);
     say(line);
     if (state >= 2) pthread_join(j->thread, NULL);
     j->started = 0;
