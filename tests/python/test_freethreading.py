@@ -200,7 +200,8 @@ def test_nine_threads_share_one_buffer(rnd):
 
 def test_exports_race_free():
     """Exports and releases of host DeviceBuffers (the fast path, which without
-    the GIL locks by a try-lock of the buffer's own mutex) against free() and
+    the GIL takes no lock: one compare-exchange of the buffer's solo export
+    word each) against free() and
     the getters (the buffer's critical section): free() succeeds only while no
     export is alive, so no export ever sees its buffer freed, and a buffer
     freed first refuses the export."""

@@ -130,6 +130,50 @@ def test_double_release_is_caught_and_reported(kind):
     assert b.freed
 
 
+def test_double_release_of_the_only_export_is_reported():
+    # No other export alive: the first export is the one released twice
+    # (without the GIL, the lock-free one).
+    b = devbuf.from_host(bytearray(b"y" * 32), device="cpu")
+    before = sys.getrefcount(b)
+    seen = _release_twice(b)
+    assert len(seen) == 1, seen
+    exc_type, message, who = seen[0]
+    assert exc_type is BufferError and who == id(b)
+    assert "devbuf.DeviceBuffer: a buffer export was released twice" in message
+    assert "0 exports are still alive" in message
+    assert sys.getrefcount(b) == before
+    assert b.exports == 0
+    # A later export is not mistaken for the released one.
+    m = memoryview(b)
+    seen = _release_twice(b)
+    assert len(seen) == 1 and "1 export is still alive" in seen[0][1]
+    assert b.exports == 1
+    m.release()
+    b.free()
+    assert b.freed
+
+
+@pytest.mark.parametrize("order", ["lifo", "fifo"])
+def test_exports_counted_in_any_release_order(order):
+    b = devbuf.from_host(bytearray(range(48)), device="cpu")
+    ms = [memoryview(b), devbuf.view(b), memoryview(b)]
+    assert b.exports == 3
+    with pytest.raises(BufferError, match=r"\(3 live exports\)"):
+        b.free()
+    for i, m in enumerate(ms if order == "fifo" else ms[::-1]):
+        m.release()
+        assert b.exports == 2 - i
+        if i < 2:
+            with pytest.raises(BufferError, match="exported"):
+                b.free()
+            assert not b.freed
+    b.free()
+    assert b.freed
+    with pytest.raises(BufferError, match="freed"):
+        memoryview(b)
+    assert b.exports == 0
+
+
 def test_release_of_a_foreign_py_buffer_is_reported():
     # A Py_buffer filled by bytearray, handed to a DeviceBuffer's release.
     b = devbuf.from_host(bytearray(8), device="cpu")

@@ -17,6 +17,9 @@
  * be dropped, so the invariants written for the GIL ("state changes only
  * between detaches"; `pins` guards work in flight) hold unchanged, and two
  * objects' sections cannot deadlock. With the GIL these are plain braces.
+ * One exception: DeviceBuffer's common export and release take no lock at
+ * all, through one atomic word that the locked paths also respect
+ * (objects/buffer.c, "the solo export", says why that is sound).
  * No process-wide lock is taken on an export, release or view path; the
  * few module-wide ones (dbp_mutex below) guard statistics, the staging
  * cache, the Device cache and the Python namespace strings. The C registries
@@ -27,54 +30,6 @@
 #else
 #define DBP_BEGIN_LOCKED(op) {
 #define DBP_END_LOCKED() }
-#endif
-/* A try-lock of an object's own critical-section mutex (free-threaded
- * builds only), for the few hot entry points whose common case is a handful
- * of loads and stores (DeviceBuffer's buffer export and release): on 3.13
- * PyCriticalSection_Begin/End are exported functions that also link the
- * section into the thread state, about as costly as the work they guard.
- *
- *   if (DBP_TRY_LOCK(op)) { ...no call at all...; DBP_UNLOCK(op); }
- *   else: the entry point's ordinary DBP_BEGIN_LOCKED path.
- *
- * Why this is sound (CPython 3.13 and 3.14, Include/cpython/lock.h,
- * critical_section.h, Python/critical_section.c):
- *  - It is the mutex a critical section on `op` takes (op->ob_mutex), taken
- *    the way a critical section's own fast path takes it (one
- *    compare-exchange, 0 -> locked, acquire), so it excludes every
- *    DBP_BEGIN_LOCKED entry point of any thread, and they exclude it.
- *  - A critical section gives its mutex up only when its own thread
- *    detaches (the mutex is then unlocked, so the try-lock may win, exactly
- *    as another thread's critical section may). The code between
- *    DBP_TRY_LOCK and DBP_UNLOCK makes no call: it cannot detach, raise,
- *    allocate, run the GC or any Python code, so it never needs suspending,
- *    and nothing can re-enter `op` on this thread while the mutex is held
- *    outside the thread's list of critical sections (which would deadlock).
- *    Anything that may call out (an error, a wait, an upload) unlocks and
- *    redoes the request on the locked path from the start.
- *  - The try-lock fails whenever the mutex is held, also by this thread's
- *    own enclosing critical section, and whenever waiters are flagged; the
- *    locked path then behaves as before (3.13 suspends the outer section
- *    while it waits; 3.14 sees the mutex held by the top-most section and
- *    does not lock again).
- *  - Unlocking is PyMutex_Unlock (inline: a compare-exchange, release, and
- *    the exported slow path only if a thread parked on the mutex meanwhile,
- *    which it wakes or hands the mutex to), as a critical section's end does. */
-#if defined(Py_GIL_DISABLED)
-static inline int dbp_try_lock_(PyObject *op) {
-  uint8_t unlocked = 0; /* _Py_UNLOCKED; 1 is _Py_LOCKED (cpython/lock.h) */
-  return _Py_atomic_compare_exchange_uint8(&op->ob_mutex._bits, &unlocked, 1);
-}
-static inline int dbp_try_unlock_(PyObject *op) {
-  uint8_t locked = 1;
-  return _Py_atomic_compare_exchange_uint8(&op->ob_mutex._bits, &locked, 0);
-}
-#define DBP_TRY_LOCK(op) dbp_try_lock_((PyObject *)(op))
-#define DBP_UNLOCK(op) PyMutex_Unlock(&((PyObject *)(op))->ob_mutex)
-/* PyMutex_Unlock's inline half alone: 0 if a thread parked meanwhile, and
- * then DBP_UNLOCK must still be called (out of line, where the caller wants
- * no stack frame on its common path). */
-#define DBP_TRY_UNLOCK(op) dbp_try_unlock_((PyObject *)(op))
 #endif
 /* Module-global state that is not an object's (statistics, a cache): a
  * PyMutex without the GIL, nothing with it. Taken only off the hot paths. */

@@ -17,7 +17,9 @@
 typedef struct DbpLedger {
   uintptr_t *live; /* serials of live exports, unordered; PyMem */
   Py_ssize_t n, cap;
-  uintptr_t next;  /* last serial handed out; 0 is never one */
+  uintptr_t next;  /* last serial handed out; always even, and 0 is never one (an
+                      exporter may hand out odd serials of its own, as DeviceBuffer's
+                      lock-free export does without the GIL) */
 } DbpLedger;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -45,8 +47,8 @@ static DBP_LEDGER_COLD int dbp_ledger_grow(DbpLedger *l) {
 /* Record a new export in view->internal when the ledger has room
  * (l->n < l->cap): no call. */
 static inline void dbp_ledger_add_room(DbpLedger *l, Py_buffer *view) {
-  uintptr_t s = ++l->next;
-  if (DBP_LEDGER_UNLIKELY(s == 0)) s = ++l->next;
+  uintptr_t s = l->next += 2;
+  if (DBP_LEDGER_UNLIKELY(s == 0)) s = l->next += 2;
   l->live[l->n++] = s;
   view->internal = (void *)s;
 }
@@ -62,7 +64,8 @@ static inline int dbp_ledger_add(DbpLedger *l, Py_buffer *view) {
  * second release, or a Py_buffer this object never filled. That is reported
  * as an unraisable BufferError naming `owner`, and nothing else happens. */
 static DBP_LEDGER_COLD int dbp_ledger_remove_slow(DbpLedger *l, Py_buffer *view,
-                                                         PyObject *owner, const char *who) {
+                                                  PyObject *owner, const char *who,
+                                                  Py_ssize_t also_live) {
   uintptr_t s = (uintptr_t)view->internal;
   for (Py_ssize_t i = l->n - 1; s != 0 && i >= 0; i--) {
     if (l->live[i] != s) continue;
@@ -74,8 +77,8 @@ static DBP_LEDGER_COLD int dbp_ledger_remove_slow(DbpLedger *l, Py_buffer *view,
   PyErr_Fetch(&et, &ev, &tb);
   PyErr_Format(PyExc_BufferError,
                "%s: a buffer export was released twice (or the Py_buffer was not filled by "
-               "this object); the release was ignored, %zd export%s still alive", who, l->n,
-               l->n == 1 ? " is" : "s are");
+               "this object); the release was ignored, %zd export%s still alive", who,
+               l->n + also_live, l->n + also_live == 1 ? " is" : "s are");
   PyErr_WriteUnraisable(owner);
   PyErr_Restore(et, ev, tb);
   return 0;
@@ -98,7 +101,15 @@ static inline int dbp_ledger_remove_newest(DbpLedger *l, Py_buffer *view) {
 static inline int dbp_ledger_remove(DbpLedger *l, Py_buffer *view, PyObject *owner,
                                     const char *who) {
   if (dbp_ledger_remove_newest(l, view)) return 1;
-  return dbp_ledger_remove_slow(l, view, owner, who);
+  return dbp_ledger_remove_slow(l, view, owner, who, 0);
+}
+
+/* dbp_ledger_remove for an exporter with `also_live` exports alive that the
+ * ledger does not hold (counted in the message of a bad release). */
+static inline int dbp_ledger_remove_also(DbpLedger *l, Py_buffer *view, PyObject *owner,
+                                         const char *who, Py_ssize_t also_live) {
+  if (dbp_ledger_remove_newest(l, view)) return 1;
+  return dbp_ledger_remove_slow(l, view, owner, who, also_live);
 }
 
 static inline void dbp_ledger_forget_all(DbpLedger *l) { l->n = 0; }

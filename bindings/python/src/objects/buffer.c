@@ -36,6 +36,70 @@ static int check_alive(DbpBuffer *self) {
   return 0;
 }
 
+#if defined(Py_GIL_DISABLED)
+/* ---- the solo export (free-threaded builds) -----------------------------------------
+ * Without the GIL the common export and release take no lock: `solo`, one
+ * atomic word, holds at most one live export of its own beside the ledger's.
+ *
+ *   bit 0  DBP_SOLO_LIVE      an export taken by the fast path is alive
+ *   bit 1  DBP_SOLO_HOST_OK   a host export needs nothing done first (the host
+ *                             may read the memory, no upload is pending)
+ *   bit 2  DBP_SOLO_DEVICE_OK a device export needs nothing done first (the
+ *                             device_info is ready)
+ *   bits 3+                   a generation, one more at each solo release
+ *
+ * The fast export (buffer_getbuffer) is one compare-exchange, from a word
+ * without DBP_SOLO_LIVE and with the OK bit its request needs to the same word
+ * with DBP_SOLO_LIVE; the export's serial (Py_buffer.internal) is that new
+ * word, odd, where the ledger's serials are all even. The fast release is one
+ * compare-exchange from the view's serial to the next generation without
+ * DBP_SOLO_LIVE. Anything else, including a failed compare-exchange, takes
+ * the buffer's critical section and the ledger, as before.
+ *
+ * Why this is sound:
+ *  - The fast export reads, besides `solo`, only fields that never change
+ *    once the buffer is published (layout, ptr, fast_flags, device_flag,
+ *    format, device): ptr changes only when the memory is freed, and every
+ *    state that may change while the buffer is shared is a bit of `solo`.
+ *    An OK bit is set only after what it vouches for is done (a set is a
+ *    release, the fast export's compare-exchange an acquire, so the
+ *    device_info the export hands out is visible to its consumer), and
+ *    cleared (free(), a pending upload) by an atomic read-modify-write, so
+ *    a fast export either comes before it in `solo`'s order or fails.
+ *  - free() runs in the critical section and clears both OK bits with a
+ *    compare-exchange from a word without DBP_SOLO_LIVE, after checking the
+ *    ledger and the pins: a fast export that comes first makes the
+ *    compare-exchange fail and free() refuses as for any live export; one
+ *    that comes after finds no OK bit and takes the locked path, which
+ *    reports the freed memory. The release's compare-exchange (a release)
+ *    orders everything its consumer did with the memory before free()'s
+ *    (an acquire).
+ *  - A release is counted once: the generation makes every solo serial
+ *    unique (2^61 releases before one repeats), a release whose serial is
+ *    not the live word (a second release, a ledger serial, NULL) fails the
+ *    compare-exchange, and the locked path then finds it neither in `solo`
+ *    nor in the ledger and reports it, as before. A state bit that changed
+ *    while the export lived only sends its release to the locked path,
+ *    which compares generations.
+ *  - The fast paths make no call and take no lock, so they cannot deadlock
+ *    with, or run inside, any critical section. */
+#define DBP_SOLO_LIVE ((uintptr_t)1)
+#define DBP_SOLO_HOST_OK ((uintptr_t)2)
+#define DBP_SOLO_DEVICE_OK ((uintptr_t)4)
+#define DBP_SOLO_GEN ((uintptr_t)8)
+#define DBP_SOLO_STATE (DBP_SOLO_HOST_OK | DBP_SOLO_DEVICE_OK)
+/* Exports alive in `solo` (0 or 1); in the critical section. */
+static inline Py_ssize_t solo_live(DbpBuffer *self) {
+  return (Py_ssize_t)(_Py_atomic_load_uintptr(&self->solo) & DBP_SOLO_LIVE);
+}
+#define DBP_SOLO_OR(self, bits) ((void)_Py_atomic_or_uintptr(&(self)->solo, (bits)))
+#define DBP_SOLO_AND(self, bits) ((void)_Py_atomic_and_uintptr(&(self)->solo, (bits)))
+#else
+static inline Py_ssize_t solo_live(DbpBuffer *self) { return 0; }
+#define DBP_SOLO_OR(self, bits) ((void)0)
+#define DBP_SOLO_AND(self, bits) ((void)0)
+#endif
+
 /* Wait until the contents are ready (the upload's event), and free the
  * upload's staging memory. GIL held on entry and exit, released inside;
  * the buffer is pinned meanwhile. The staging pointer is taken under the
@@ -69,6 +133,7 @@ static int release_memory(DbpBuffer *self, devbuf_error *err) {
   void *ptr = self->ptr, *event = self->event, *staging = self->staging;
   int kind = self->kind;
   const devbuf_device *dev = &self->device->dev;
+  DBP_SOLO_AND(self, ~DBP_SOLO_STATE); /* free() cleared them already */
   self->ptr = NULL;
   self->event = NULL;
   self->staging = NULL;
@@ -277,6 +342,7 @@ static int upload(DbpBuffer *self, Py_buffer *src) {
   Py_END_ALLOW_THREADS
   self->pins--;
   if (rc != DEVBUF_OK) return dbp_fail(&err);
+  DBP_SOLO_AND(self, ~DBP_SOLO_HOST_OK); /* a host export must wait for the event */
   self->event = event;
   self->staging = staging;
   return 0;
@@ -372,6 +438,7 @@ static PyObject *buffer_copy_to_locked(DbpBuffer *self, DbpDevice *target) {
       Py_DECREF(out);
       return dbp_raise(&err);
     }
+    DBP_SOLO_AND(out, ~DBP_SOLO_HOST_OK); /* a host export must wait for the event */
     out->event = ev;
     return (PyObject *)out;
   }
@@ -407,6 +474,7 @@ static int export_device_info(DbpBuffer *self) {
                                 sizeof self->info, &size, &err) != DEVBUF_OK)
     return dbp_fail(&err);
   self->info_ready = 1;
+  DBP_SOLO_OR(self, DBP_SOLO_DEVICE_OK); /* after `info` is written: a release */
   return 0;
 }
 
@@ -437,6 +505,12 @@ void dbp_buffer_prepare_exports(DbpBuffer *self) {
    * fast path serves as one (device_export = flags & device_flag = 0), so
    * devbuf.view() and __dlpack__ of a host buffer take it too. */
   self->fast_flags = fast | PyBUF_DEVICE;
+#if defined(Py_GIL_DISABLED)
+  /* Before the buffer is published, with its memory just set (not freed). */
+  _Py_atomic_store_uintptr_release(
+      &self->solo, (self->host_readable && self->event == NULL ? DBP_SOLO_HOST_OK : 0) |
+                       (self->info_ready ? DBP_SOLO_DEVICE_OK : 0));
+#endif
 }
 
 /* Every check of an export, in order, and what a request needs done first
@@ -530,8 +604,8 @@ static DBP_COLD int buffer_getbuffer_slow(DbpBuffer *self, Py_buffer *view, int 
 }
 
 /* The fast path: 1 with `view` filled and the export recorded, 0 (nothing
- * done) for every other request. It makes no call, so that it may run under
- * DBP_TRY_LOCK. */
+ * done) for every other request. It makes no call. In the critical section
+ * (without the GIL, buffer_getbuffer below is the lock-free one). */
 static inline int buffer_getbuffer_fast(DbpBuffer *self, Py_buffer *view, int flags) {
   /* The request asks only for what this buffer serves as it is
    * (fast_flags), the memory is alive, there is no PyBUF_FORMAT without
@@ -558,20 +632,21 @@ static int buffer_getbuffer_locked(DbpBuffer *self, Py_buffer *view, int flags) 
   return buffer_getbuffer_slow(self, view, flags);
 }
 
+#if !defined(Py_GIL_DISABLED)
 static void buffer_releasebuffer_locked(DbpBuffer *self, Py_buffer *view) {
   /* As bytearray: count down (ledger.n), never touch view->obj (the caller
    * decrefs); but only for an export that is alive (a double release would
    * let free() run under a live one). */
   dbp_ledger_remove(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer");
 }
+#endif
 
 #if defined(Py_GIL_DISABLED)
-/* Without the GIL the common export and release (buffer_getbuffer_fast,
- * the newest export released) run under a try-lock of the buffer's own
- * mutex, with no critical section to begin and end (dbp_lock.h,
- * DBP_TRY_LOCK, says why that is sound); a busy mutex, or any other
- * request, takes the locked path (out of line, so that the try-lock path
- * needs no stack frame), which starts over. */
+/* Without the GIL the common export and release take no lock: the solo
+ * export (above, "the solo export", says why that is sound). Any other
+ * request, or a failed compare-exchange, takes the buffer's critical
+ * section (out of line and a tail call, so that the fast paths need no
+ * stack frame), which starts over. */
 #if defined(__GNUC__) || defined(__clang__)
 #define DBP_NOINLINE __attribute__((noinline))
 #else
@@ -580,44 +655,58 @@ static void buffer_releasebuffer_locked(DbpBuffer *self, Py_buffer *view) {
 static DBP_NOINLINE int buffer_getbuffer_cs(PyObject *op, Py_buffer *view, int flags) {
   DBP_RETURN_LOCKED(int, op, buffer_getbuffer_locked((DbpBuffer *)op, view, flags));
 }
+
+/* In the critical section: the solo export's release if `view` is it, else
+ * the ledger's, which reports a release of no live export. */
+static void buffer_releasebuffer_locked_ft(DbpBuffer *self, Py_buffer *view) {
+  uintptr_t s = (uintptr_t)view->internal;
+  if (s & DBP_SOLO_LIVE) {
+    uintptr_t w = _Py_atomic_load_uintptr(&self->solo);
+    /* The same export: live, and the same generation (its state bits may
+     * have changed meanwhile). */
+    while ((w & DBP_SOLO_LIVE) && (w | DBP_SOLO_STATE) == (s | DBP_SOLO_STATE)) {
+      if (_Py_atomic_compare_exchange_uintptr(&self->solo, &w,
+                                              (w & ~DBP_SOLO_LIVE) + DBP_SOLO_GEN)) {
+        view->internal = NULL;
+        return;
+      }
+    }
+  }
+  dbp_ledger_remove_also(&self->ledger, view, (PyObject *)self, "devbuf.DeviceBuffer",
+                         solo_live(self));
+}
 static DBP_NOINLINE void buffer_releasebuffer_cs(PyObject *op, Py_buffer *view) {
   DBP_BEGIN_LOCKED(op);
-  buffer_releasebuffer_locked((DbpBuffer *)op, view);
+  buffer_releasebuffer_locked_ft((DbpBuffer *)op, view);
   DBP_END_LOCKED();
 }
 
-/* A thread parked on the mutex while the try-lock held it: wake it, then
- * finish as the caller would have. */
-static DBP_NOINLINE int buffer_getbuffer_unpark(PyObject *op, Py_buffer *view, int flags,
-                                                int done) {
-  DBP_UNLOCK(op);
-  return done ? 0 : buffer_getbuffer_cs(op, view, flags);
-}
-static DBP_NOINLINE void buffer_releasebuffer_unpark(PyObject *op, Py_buffer *view, int done) {
-  DBP_UNLOCK(op);
-  if (!done) buffer_releasebuffer_cs(op, view);
-}
-
-/* Every call below is a tail call, so the common path needs no stack frame. */
 static int buffer_getbuffer(PyObject *op, Py_buffer *view, int flags) {
-  if (DBP_TRY_LOCK(op)) {
-    int done = buffer_getbuffer_fast((DbpBuffer *)op, view, flags);
-    if (DBP_UNLIKELY(!DBP_TRY_UNLOCK(op))) return buffer_getbuffer_unpark(op, view, flags, done);
-    if (done) return 0;
-  }
-  return buffer_getbuffer_cs(op, view, flags);
+  DbpBuffer *self = (DbpBuffer *)op;
+  /* As buffer_getbuffer_fast, with the state that may change read from
+   * `solo`: the OK bit this request needs, and no solo export alive. */
+  uintptr_t w = _Py_atomic_load_uintptr_relaxed(&self->solo);
+  int device_export = flags & self->device_flag; /* 0 on the host, PyBUF_DEVICE or not */
+  uintptr_t ok = device_export ? DBP_SOLO_DEVICE_OK : DBP_SOLO_HOST_OK;
+  if (DBP_CHECK_EXPORTS || DBP_UNLIKELY(flags & ~self->fast_flags) ||
+      DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) ||
+      DBP_UNLIKELY((w & (ok | DBP_SOLO_LIVE)) != ok) ||
+      DBP_UNLIKELY(!_Py_atomic_compare_exchange_uintptr(&self->solo, &w, w | DBP_SOLO_LIVE)))
+    return buffer_getbuffer_cs(op, view, flags);
+  export_fill(self, view, flags, device_export);
+  view->internal = (void *)(w | DBP_SOLO_LIVE);
+  return 0;
 }
 
 static void buffer_releasebuffer(PyObject *op, Py_buffer *view) {
-  if (DBP_TRY_LOCK(op)) {
-    int done = dbp_ledger_remove_newest(&((DbpBuffer *)op)->ledger, view);
-    if (DBP_UNLIKELY(!DBP_TRY_UNLOCK(op))) {
-      buffer_releasebuffer_unpark(op, view, done);
-      return;
-    }
-    if (done) return;
+  uintptr_t s = (uintptr_t)view->internal;
+  if (DBP_UNLIKELY(!(s & DBP_SOLO_LIVE)) ||
+      DBP_UNLIKELY(!_Py_atomic_compare_exchange_uintptr(&((DbpBuffer *)op)->solo, &s,
+                                                        s - DBP_SOLO_LIVE + DBP_SOLO_GEN))) {
+    buffer_releasebuffer_cs(op, view);
+    return;
   }
-  buffer_releasebuffer_cs(op, view);
+  view->internal = NULL;
 }
 #else
 DBP_LOCKED_GETBUFFER(DbpBuffer, buffer_getbuffer)
@@ -633,11 +722,21 @@ static PyBufferProcs buffer_as_buffer = {
 
 static PyObject *buffer_free_locked(DbpBuffer *self, PyObject *unused) {
   if (self->freed) Py_RETURN_NONE;
-  if (self->ledger.n > 0 || self->pins > 0) {
+#if defined(Py_GIL_DISABLED)
+  /* No solo export alive, and none from now on (the solo export, above). */
+  uintptr_t w = _Py_atomic_load_uintptr(&self->solo);
+  while (self->ledger.n == 0 && self->pins == 0 && !(w & DBP_SOLO_LIVE) &&
+         !_Py_atomic_compare_exchange_uintptr(&self->solo, &w, w & ~DBP_SOLO_STATE)) {
+  }
+  Py_ssize_t live = self->ledger.n + (Py_ssize_t)(w & DBP_SOLO_LIVE);
+#else
+  Py_ssize_t live = self->ledger.n;
+#endif
+  if (live > 0 || self->pins > 0) {
     PyErr_Format(PyExc_BufferError,
                  "cannot free a devbuf.DeviceBuffer while it is exported (%zd live export%s%s): "
                  "release the views and memoryviews of it first",
-                 self->ledger.n + self->pins, self->ledger.n + self->pins == 1 ? "" : "s",
+                 live + self->pins, live + self->pins == 1 ? "" : "s",
                  self->pins ? ", or an operation is still running on it" : "");
     return NULL;
   }
@@ -744,7 +843,7 @@ static PyObject *get_ndim(DbpBuffer *self, void *c) { return PyLong_FromLong(sel
 static PyObject *get_nbytes(DbpBuffer *self, void *c) { return PyLong_FromSize_t(self->nbytes); }
 static PyObject *get_readonly(DbpBuffer *self, void *c) { return PyBool_FromLong(self->readonly); }
 static PyObject *get_freed_locked(DbpBuffer *self, void *c) { return PyBool_FromLong(self->freed); }
-static PyObject *get_exports_locked(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->ledger.n); }
+static PyObject *get_exports_locked(DbpBuffer *self, void *c) { return PyLong_FromSsize_t(self->ledger.n + solo_live(self)); }
 static PyObject *get_ptr_locked(DbpBuffer *self, void *c) {
   if (check_alive(self) < 0) return NULL;
   return PyLong_FromVoidPtr(self->ptr);

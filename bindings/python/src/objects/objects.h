@@ -62,7 +62,13 @@ typedef struct DbpBuffer {
   PyObject *weakreflist;
   PyObject *base;          /* DBP_MEM_BORROWED: memoryview holding the lender's export; else NULL */
   DbpLedger ledger;        /* which exports are alive (export_ledger.h); ledger.n is the
-                              count of live exports (bf_getbuffer minus bf_releasebuffer) */
+                              count of live exports (bf_getbuffer minus bf_releasebuffer)
+                              taken by the locked path */
+#if defined(Py_GIL_DISABLED)
+  uintptr_t solo;          /* the lock-free export word (buffer.c, "the solo export"):
+                              at most one more live export, and whether the fast path may
+                              take one; accessed only atomically */
+#endif
 } DbpBuffer;
 
 extern PyTypeObject DbpBuffer_Type;
