@@ -118,10 +118,9 @@ int devbuf_dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
   return devbuf__dtype_namespace_get(index, ns, source, err);
 }
 
-size_t devbuf_dtype_namespace_list(const devbuf_dtype_namespace **ns, const char **sources,
-                                   size_t capacity) {
+size_t devbuf_dtype_namespace_list(devbuf_dtype_namespace_info *out, size_t capacity) {
   devbuf_init(NULL);
-  return devbuf__dtype_namespace_list(ns, sources, capacity);
+  return devbuf__dtype_namespace_list(out, capacity);
 }
 
 /* ---- format strings --------------------------------------------------------- */

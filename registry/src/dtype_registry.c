@@ -544,32 +544,52 @@ size_t devbuf__dtype_ns_count(void) {
 /* The one-pass listing. Both lists are append-only (a removal only marks its
  * record), so a single walk sees every namespace that stays registered while
  * it runs; listing by index cannot promise that, since a removal between two
- * calls shifts the indices after it. */
+ * calls shifts the indices after it. A registered namespace is copied under
+ * its in-flight count, as an interpret call runs: devbuf_dtype_unregister
+ * waits for it, so the registrant frees nothing the copy still reads. */
+static void copy_str(char *dst, size_t size, const char *src) {
+  size_t n = src ? strlen(src) : 0;
+  if (n >= size) n = size - 1;
+  if (n) memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+void devbuf__dtype_info_fill(devbuf_dtype_namespace_info *out, const devbuf_dtype_namespace *ns,
+                             const char *source) {
+  out->flags = (ns->provider ? DEVBUF_DTYPE_INFO_HAS_PROVIDER : 0u) |
+               (ns->description ? DEVBUF_DTYPE_INFO_HAS_DESCRIPTION : 0u);
+  copy_str(out->id, sizeof out->id, ns->id);
+  copy_str(out->provider, sizeof out->provider, ns->provider);
+  copy_str(out->description, sizeof out->description, ns->description);
+  copy_str(out->source, sizeof out->source, source);
+}
+
 typedef struct ns_fill {
-  const devbuf_dtype_namespace **ns;
-  const char **sources;
+  devbuf_dtype_namespace_info *out;
   size_t capacity, n;
 } ns_fill;
 
-static void ns_fill_put(ns_fill *f, const devbuf_dtype_namespace *ns, const char *source) {
-  if (f->n < f->capacity) {
-    f->ns[f->n] = ns;
-    if (f->sources) f->sources[f->n] = source;
-  }
-  f->n++;
-}
-
 static bool plugin_fill_fn(const devbuf_dtype_namespace *ns, const char *plugin, void *arg) {
-  ns_fill_put((ns_fill *)arg, ns, plugin);
+  ns_fill *f = (ns_fill *)arg;
+  if (f->n < f->capacity) devbuf__dtype_info_fill(&f->out[f->n], ns, plugin);
+  f->n++;
   return false;
 }
 
-size_t devbuf__dtype_ns_list(const devbuf_dtype_namespace **ns, const char **sources,
-                             size_t capacity, size_t at) {
-  ns_fill f = {ns, sources, ns == NULL ? 0 : capacity, at};
-  ns_fill_put(&f, &BUILTIN_NS, "builtin");
-  for (reg_entry *e = atomic_load(&g_head); e != NULL; e = e->next)
-    if (!atomic_load(&e->removed)) ns_fill_put(&f, e->ns, "registered");
+size_t devbuf__dtype_ns_list(devbuf_dtype_namespace_info *out, size_t capacity, size_t at) {
+  ns_fill f = {out, out == NULL ? 0 : capacity, at};
+  if (f.n < f.capacity) devbuf__dtype_info_fill(&f.out[f.n], &BUILTIN_NS, "builtin");
+  f.n++;
+  for (reg_entry *e = atomic_load(&g_head); e != NULL; e = e->next) {
+    if (atomic_load(&e->removed)) continue;
+    if (f.n >= f.capacity) {  /* counting only: nothing is read from the descriptor */
+      f.n++;
+      continue;
+    }
+    atomic_fetch_add(&e->inflight, 1);
+    if (!atomic_load(&e->removed)) devbuf__dtype_info_fill(&f.out[f.n++], e->ns, "registered");
+    atomic_fetch_sub(&e->inflight, 1);
+  }
   each_plugin_ns(plugin_fill_fn, &f);
   return f.n;
 }

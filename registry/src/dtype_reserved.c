@@ -83,14 +83,11 @@ int devbuf__dtype_interpret(const char *id, const char *payload, size_t len,
 
 size_t devbuf__dtype_namespace_count(void) { return 2 + devbuf__dtype_ns_count(); }
 
-size_t devbuf__dtype_namespace_list(const devbuf_dtype_namespace **ns, const char **sources,
-                                    size_t capacity) {
-  if (ns == NULL) capacity = 0;
-  for (size_t i = 0; i < 2 && i < capacity; i++) {
-    ns[i] = i == 0 ? &STRUCT_NS : &BUFFER_NS;
-    if (sources) sources[i] = "reserved";
-  }
-  return devbuf__dtype_ns_list(ns, sources, capacity, 2);
+size_t devbuf__dtype_namespace_list(devbuf_dtype_namespace_info *out, size_t capacity) {
+  if (out == NULL) capacity = 0;
+  for (size_t i = 0; i < 2 && i < capacity; i++)
+    devbuf__dtype_info_fill(&out[i], i == 0 ? &STRUCT_NS : &BUFFER_NS, "reserved");
+  return devbuf__dtype_ns_list(out, capacity, 2);
 }
 
 int devbuf__dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,

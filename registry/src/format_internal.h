@@ -38,10 +38,12 @@ int devbuf__dtype_ns_interpret(const char *id, const char *payload, size_t len,
 size_t devbuf__dtype_ns_count(void);
 int devbuf__dtype_ns_get(size_t index, const devbuf_dtype_namespace **ns, const char **source,
                          devbuf_error *err);
-/* One pass: fills ns[at..] and sources[at..] (sources may be NULL) while
- * below capacity, and returns `at` plus how many namespaces there are. */
-size_t devbuf__dtype_ns_list(const devbuf_dtype_namespace **ns, const char **sources,
-                             size_t capacity, size_t at);
+/* One pass: copies into out[at..] while below capacity, and returns `at`
+ * plus how many namespaces there are. */
+size_t devbuf__dtype_ns_list(devbuf_dtype_namespace_info *out, size_t capacity, size_t at);
+/* Copy one namespace into *out (strings cut at their size). */
+void devbuf__dtype_info_fill(devbuf_dtype_namespace_info *out, const devbuf_dtype_namespace *ns,
+                             const char *source);
 
 /* True for the characters the draft allows in an id: printable ASCII
  * (space included) without ] ; $. A reader must accept them all, since the

@@ -71,8 +71,7 @@ int devbuf__dtype_interpret(const char *id, const char *payload, size_t len,
 size_t devbuf__dtype_namespace_count(void);
 int devbuf__dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
                                 const char **source, devbuf_error *err);
-size_t devbuf__dtype_namespace_list(const devbuf_dtype_namespace **ns, const char **sources,
-                                    size_t capacity);
+size_t devbuf__dtype_namespace_list(devbuf_dtype_namespace_info *out, size_t capacity);
 int devbuf__format_parse(const char *fmt, size_t len, uint32_t flags, devbuf_format *out,
                          devbuf_error *err);
 int devbuf__format_parse_alloc(const char *fmt, size_t len, uint32_t flags, devbuf_format **out,

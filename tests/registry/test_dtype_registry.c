@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -227,13 +228,29 @@ static const devbuf_dtype_namespace NS_CHURN[4] = {NS("churn0", fixed4), NS("chu
                                                    NS("churn2", fixed4), NS("churn3", fixed4)};
 static atomic_int g_churn_stop;
 
+/* Each churned namespace is a heap descriptor with heap strings, scribbled
+ * over and freed as soon as its unregister returns: a listing that read one
+ * after that would copy 'X's (or, under AddressSanitizer, fail at once). */
 static void *churn_thread(void *arg) {
   (void)arg;
   devbuf_error err;
   while (!atomic_load(&g_churn_stop))
     for (int i = 0; i < 4; i++) {
-      (void)devbuf_dtype_register(&NS_CHURN[i], &err);
-      (void)devbuf_dtype_unregister(NS_CHURN[i].id, &err);
+      devbuf_dtype_namespace *ns = malloc(sizeof *ns);
+      char *id = malloc(16), *prov = malloc(16);
+      if (ns == NULL || id == NULL || prov == NULL) abort();
+      *ns = NS_CHURN[i];
+      snprintf(id, 16, "%s", NS_CHURN[i].id);
+      snprintf(prov, 16, "churner");
+      ns->id = id;
+      ns->provider = prov;
+      if (devbuf_dtype_register(ns, &err) == DEVBUF_OK) (void)devbuf_dtype_unregister(id, &err);
+      memset(id, 'X', 15);
+      memset(prov, 'X', 15);
+      memset(ns, 'X', sizeof *ns);
+      free(id);
+      free(prov);
+      free(ns);
     }
   return NULL;
 }
@@ -241,21 +258,33 @@ static void *churn_thread(void *arg) {
 static void test_listing_while_others_churn(void) {
   devbuf_error err;
   CHECK_OK(devbuf_dtype_register(&NS_STABLE, &err), &err);
-  /* Capacity 0 (and NULL arrays) only counts. */
-  size_t n0 = devbuf_dtype_namespace_list(NULL, NULL, 0);
+  /* Capacity 0 (and no array) only counts. */
+  size_t n0 = devbuf_dtype_namespace_list(NULL, 0);
   CHECK(n0 == devbuf_dtype_namespace_count(), "count %zu vs %zu", n0, devbuf_dtype_namespace_count());
+  enum { CAP = 32 };
+  static devbuf_dtype_namespace_info info[CAP];
+  size_t n = devbuf_dtype_namespace_list(info, CAP);
+  CHECK(n == n0 && n <= CAP, "listed %zu", n);
+  CHECK(strcmp(info[0].id, "struct") == 0 && strcmp(info[0].source, "reserved") == 0, "first %s",
+        info[0].id);
+  int found = 0;
+  for (size_t i = 0; i < n && i < CAP; i++)
+    if (strcmp(info[i].id, "stable") == 0)
+      found += strcmp(info[i].source, "registered") == 0 &&
+               strcmp(info[i].provider, NS_STABLE.provider) == 0 &&
+               info[i].flags == (DEVBUF_DTYPE_INFO_HAS_PROVIDER | DEVBUF_DTYPE_INFO_HAS_DESCRIPTION);
+  CHECK(found == 1, "'stable' copied %d times", found);
   atomic_store(&g_churn_stop, 0);
   pthread_t th;
   pthread_create(&th, NULL, churn_thread, NULL);
-  int bad = 0, index_missed = 0;
-  enum { CAP = 32 };
+  int bad = 0, index_missed = 0, scribbled = 0;
   for (int round = 0; round < 20000; round++) {
-    const devbuf_dtype_namespace *ns[CAP];
-    const char *src[CAP];
-    size_t n = devbuf_dtype_namespace_list(ns, src, CAP);
+    n = devbuf_dtype_namespace_list(info, CAP);
     int seen = 0;
-    for (size_t i = 0; i < n && i < CAP; i++)
-      if (ns[i] == &NS_STABLE) seen += strcmp(src[i], "registered") == 0;
+    for (size_t i = 0; i < n && i < CAP; i++) {
+      seen += strcmp(info[i].id, "stable") == 0;
+      if (info[i].id[0] == 'X' || info[i].provider[0] == 'X') scribbled++;
+    }
     if (n > CAP || seen != 1) bad++;
     /* The same by index, only to show the difference this call makes. */
     size_t m = devbuf_dtype_namespace_count();
@@ -269,6 +298,7 @@ static void test_listing_while_others_churn(void) {
   atomic_store(&g_churn_stop, 1);
   pthread_join(th, NULL);
   CHECK(bad == 0, "%d of 20000 one-pass listings did not list 'stable' exactly once", bad);
+  CHECK(scribbled == 0, "%d copies read a descriptor after its unregister returned", scribbled);
   printf("     20000 listings while another thread churns: one pass missed %d, by index %d\n", bad,
          index_missed);
   CHECK_OK(devbuf_dtype_unregister("stable", &err), &err);

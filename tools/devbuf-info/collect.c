@@ -629,48 +629,34 @@ int info_collect(info_model *m, const info_options *o, devbuf_error *err) {
 
 #ifdef DEVBUF_INFO_HAVE_FORMAT
   m->have_dtypes = 1;
-  /* One pass (devbuf_dtype_namespace_list), again if the set grew meanwhile. */
-  const devbuf_dtype_namespace **nss = NULL;
-  const char **srcs = NULL;
+  /* One pass, copied (devbuf_dtype_namespace_list), again if the set grew
+   * meanwhile; m->dtype_store keeps the copies that dtypes[] points into. */
+  devbuf_dtype_namespace_info *info = NULL;
   size_t nns = 0, cap = 0;
-  for (;;) {
-    nns = devbuf_dtype_namespace_list(nss, srcs, cap);
-    if (nns <= cap) break;
-    free(nss);
-    free(srcs);
+  while ((nns = devbuf_dtype_namespace_list(info, cap)) > cap) {
+    free(info);
     cap = nns + 8;
-    nss = calloc(cap, sizeof *nss);
-    srcs = calloc(cap, sizeof *srcs);
-    if (nss == NULL || srcs == NULL) {
-      free(nss);
-      free(srcs);
-      return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
-    }
+    info = calloc(cap, sizeof *info);
+    if (info == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
   }
+  m->dtype_store = info;
   m->dtypes = calloc(nns ? nns : 1, sizeof *m->dtypes);
-  if (m->dtypes == NULL) {
-    free(nss);
-    free(srcs);
-    return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
-  }
+  if (m->dtypes == NULL) return devbuf_error_set(err, DEVBUF_ENOMEM, "out of memory");
   for (size_t i = 0; i < nns; i++) {
-    const devbuf_dtype_namespace *ns = nss[i];
-    const char *source = srcs[i];
-    if (ns == NULL) break;
+    const devbuf_dtype_namespace_info *x = &info[i];
+    const char *source = x->source;
     info_dtype *d = &m->dtypes[m->ndtypes++];
-    d->id = INFO_STR(ns->id);
-    d->provider = INFO_STR(ns->provider);
-    d->description = INFO_STR(ns->description);
-    d->source = INFO_STR(source);
+    d->id = x->id;
+    d->provider = x->provider;
+    d->description = x->description;
+    d->source = source;
     /* The plugin's file, so that a dtype owner's plugin (which may offer
      * nothing else) is found where it is. */
-    for (size_t q = 0; source && q < m->nplugins && d->file == NULL; q++)
+    for (size_t q = 0; q < m->nplugins && d->file == NULL; q++)
       if (m->plugins[q].pi.state == DEVBUF_PLUGIN_LOADED && m->plugins[q].pi.name &&
           strcmp(m->plugins[q].pi.name, source) == 0)
         d->file = m->plugins[q].pi.path;
   }
-  free(nss);
-  free(srcs);
 #else
   /* Without the format engine, the namespaces that loaded plugins offer. */
   size_t cap = 0;
@@ -703,6 +689,7 @@ void info_model_free(info_model *m) {
   free(m->idents);
   free(m->ident_plugin);
   free(m->dtypes);
+  free(m->dtype_store);
   memset(m, 0, sizeof *m);
 }
 

@@ -97,6 +97,7 @@ typedef struct info_model {
   size_t *ident_plugin;
   size_t ndtypes;
   info_dtype *dtypes;
+  void *dtype_store;               /* the copies dtypes[] points into (owned) */
   int have_dtypes;                 /* 0 when built without the format engine */
   int isolate;
   int no_probe;

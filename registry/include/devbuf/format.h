@@ -285,23 +285,36 @@ DEVBUF_API int devbuf_dtype_interpret(const char *id, const char *payload, size_
                                       devbuf_dtype_desc *out, devbuf_error *err);
 /* A listing for tools, by index: the builtin, reserved, registered and plugin
  * namespaces. devbuf_dtype_namespace_get fills *ns and *source for index
- * < count; DEVBUF_ENOTFOUND past the end. The set can change between calls,
- * and a namespace removed meanwhile shifts the ones after it, so that a
- * namespace registered the whole time can be missed: while other threads
- * register and unregister, use devbuf_dtype_namespace_list. */
+ * < count; DEVBUF_ENOTFOUND past the end. *ns is the registrant's descriptor
+ * (see devbuf_dtype_register for its lifetime). The set can change between
+ * calls, and a namespace removed meanwhile shifts the ones after it, so that
+ * one registered the whole time can be missed. While other threads may
+ * register and unregister, use devbuf_dtype_namespace_list instead: it
+ * copies, and misses none. */
 DEVBUF_API size_t devbuf_dtype_namespace_count(void);
 DEVBUF_API int devbuf_dtype_namespace_get(size_t index, const devbuf_dtype_namespace **ns,
                                           const char **source, devbuf_error *err);
-/* The same listing in one pass: fills ns[i] and sources[i] (sources may be
- * NULL) for i below both `capacity` and the result, and returns how many
- * namespaces there are; if that is more than capacity, call again with a
- * larger array. Every namespace registered during the whole call is listed,
- * once. ns may be NULL (then capacity is taken as 0). The pointers stored
- * are those of devbuf_dtype_lookup: *ns[i] is the registrant's descriptor,
- * valid until it is unregistered (plugins' until the process ends), and
- * sources[i] is static or runtime-owned storage. */
-DEVBUF_API size_t devbuf_dtype_namespace_list(const devbuf_dtype_namespace **ns,
-                                              const char **sources, size_t capacity);
+/* One namespace as devbuf_dtype_namespace_list copies it: NUL-terminated
+ * strings, cut at their size (provider and description are empty where the
+ * registrant gave NULL, and flags says which). Its size is part of the ABI: a later version adds
+ * a function rather than fields. */
+#define DEVBUF_DTYPE_INFO_HAS_PROVIDER 1u    /* the descriptor's provider is not NULL */
+#define DEVBUF_DTYPE_INFO_HAS_DESCRIPTION 2u /* nor its description */
+typedef struct devbuf_dtype_namespace_info {
+  uint32_t flags; /* DEVBUF_DTYPE_INFO_* */
+  char id[DEVBUF_DTYPE_ID_MAX + 1];
+  char provider[128];
+  char description[512];
+  char source[64];  /* "reserved", "builtin", "registered" or the plugin's name */
+} devbuf_dtype_namespace_info;
+/* The same listing in one pass, copied: fills out[i] for i below both
+ * `capacity` and the result, and returns how many namespaces there are; if
+ * that is more than capacity, call again with a larger array. Every
+ * namespace registered during the whole call is listed, once; a namespace
+ * is copied while its unregister waits (as for an interpret call), so the
+ * copy never reads a descriptor its registrant has freed. out may be NULL
+ * (then capacity is taken as 0). Owns nothing. */
+DEVBUF_API size_t devbuf_dtype_namespace_list(devbuf_dtype_namespace_info *out, size_t capacity);
 /* Which package defines a well-known foreign id ("numpy" -> "numpy",
  * "ml_dtypes" -> "ml_dtypes", "arrow" -> "pyarrow", ...; a dotted id such as
  * "numpy.dtypes" matches its first component). NULL if unknown. Static. */

@@ -1055,42 +1055,32 @@ PyObject *dbp_dtype_namespaces(PyObject *self, PyObject *unused) {
   return r;
 }
 
-/* One pass (devbuf_dtype_namespace_list: listing by index could skip a
- * namespace when another thread unregisters one before it), again with a
- * larger array if the set grew meanwhile. */
+/* One pass, copied (devbuf_dtype_namespace_list: listing by index could
+ * skip a namespace when another thread unregisters one before it, and read
+ * a descriptor its registrant had freed), again with a larger array if the
+ * set grew meanwhile. */
 static PyObject *list_namespaces_locked(PyObject *out) {
-  const devbuf_dtype_namespace *fixed_ns[64];
-  const char *fixed_src[64];
-  const devbuf_dtype_namespace **nss = fixed_ns;
-  const char **srcs = fixed_src;
-  size_t cap = 64, n;
-  while ((n = devbuf_dtype_namespace_list(nss, srcs, cap)) > cap) {
-    if (nss != fixed_ns) {
-      PyMem_Free((void *)nss);
-      PyMem_Free((void *)srcs);
-    }
+  devbuf_dtype_namespace_info *info = NULL;
+  size_t cap = 0, n;
+  while ((n = devbuf_dtype_namespace_list(info, cap)) > cap) {
+    PyMem_Free(info);
     cap = n + 16;
-    nss = PyMem_New(const devbuf_dtype_namespace *, cap);
-    srcs = PyMem_New(const char *, cap);
-    if (nss == NULL || srcs == NULL) {
-      PyMem_Free((void *)nss);
-      PyMem_Free((void *)srcs);
+    info = PyMem_New(devbuf_dtype_namespace_info, cap);
+    if (info == NULL) {
       Py_DECREF(out);
       return PyErr_NoMemory();
     }
   }
   for (size_t i = 0; i < n && out != NULL; i++) {
-    const devbuf_dtype_namespace *ns = nss[i];
-    const char *source = srcs[i];
-    PyObject *d = Py_BuildValue("{s:s,s:z,s:z,s:z}", "id", ns->id, "provider", ns->provider,
-                                "description", ns->description, "source", source);
+    const devbuf_dtype_namespace_info *x = &info[i];
+    PyObject *d = Py_BuildValue(
+        "{s:s,s:z,s:z,s:s}", "id", x->id, "provider",
+        (x->flags & DEVBUF_DTYPE_INFO_HAS_PROVIDER) ? x->provider : NULL, "description",
+        (x->flags & DEVBUF_DTYPE_INFO_HAS_DESCRIPTION) ? x->description : NULL, "source", x->source);
     if (d == NULL || PyList_Append(out, d) < 0) Py_CLEAR(out);
     Py_XDECREF(d);
   }
-  if (nss != fixed_ns) {
-    PyMem_Free((void *)nss);
-    PyMem_Free((void *)srcs);
-  }
+  PyMem_Free(info);
   return out;
 }
 
