@@ -20,6 +20,7 @@ how much was compared. Generation is fixed: a failure names its case.
 import itertools
 import struct
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -180,10 +181,43 @@ def span_of(ex):
     return span(ex.shape, ex.strides, ex.itemsize) if ex.ndim else ex.itemsize
 
 
+class _Counts:
+    """The cases compared: each thread counts its own (pytest-run-parallel runs
+    a test in several threads at once, and `+=` on one shared dict loses
+    counts without the GIL); items() and values() give the totals."""
+
+    def __init__(self, keys):
+        self._keys, self._local, self._all, self._lock = keys, threading.local(), [], threading.Lock()
+
+    def _mine(self):
+        d = getattr(self._local, "d", None)
+        if d is None:
+            d = self._local.d = dict.fromkeys(self._keys, 0)
+            with self._lock:
+                self._all.append(d)
+        return d
+
+    def __getitem__(self, key):
+        return self._mine()[key]
+
+    def __setitem__(self, key, value):
+        self._mine()[key] = value
+
+    def items(self):
+        with self._lock:
+            return [(k, sum(d[k] for d in self._all)) for k in self._keys]
+
+    def values(self):
+        return [v for _, v in self.items()]
+
+    def __bool__(self):
+        return True
+
+
 @pytest.fixture(scope="module")
 def counts(request):
-    c = {"DeviceBuffer": 0, "DeviceView": 0, "ForeignArray": 0, "view vs memoryview": 0,
-         "suboffsets refused": 0}
+    c = _Counts(("DeviceBuffer", "DeviceView", "ForeignArray", "view vs memoryview",
+                 "suboffsets refused"))
     # conftest.py's pytest_terminal_summary prints these at the end of the run.
     request.config.devbuf_differential_cases = c
     return c

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -123,7 +124,8 @@ def test_pyGILState_Ensure_itself_while_finalizing(devbuf_env):
     called from a thread Python has never seen while the main thread
     finalizes (holding the GIL). CPython 3.9-3.13 end the thread inside the
     call (PyThread_exit_thread: it never returns to its caller, whose C
-    locks stay held); 3.14 and later leave it blocked there for good.
+    locks stay held); 3.14 and later leave it blocked there for good, and
+    free-threaded 3.13 does either, from run to run.
     Exit does not wait for that thread, but on 3.14 CPython's own teardown
     may then trip over the thread state the blocked call made: a fatal
     error in gilstate_tss_set (release build) or an assertion in
@@ -134,9 +136,15 @@ def test_pyGILState_Ensure_itself_while_finalizing(devbuf_env):
     p, out = run_child(devbuf_env, "during", "during")
     where = f"(exit {p.returncode}; stderr:\n{p.stderr})"
     raw = out.get(("raw_gilstate", "during"))
-    if sys.version_info < (3, 14):
+    if sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED"):
         assert p.returncode == 0, where
         assert raw == "ended", where
+    elif sys.version_info < (3, 14):
+        # Free-threaded 3.13: either, from run to run. Alone the thread is
+        # usually ended; with other processes busy it was left blocked (for 20 s
+        # and more, so not merely slow), which is what 3.14 always does.
+        assert p.returncode == 0, where
+        assert raw is not None and (raw == "ended" or raw.startswith("still blocked")), where
     else:
         assert raw is not None and raw.startswith("still blocked"), where
         if p.returncode != 0:
