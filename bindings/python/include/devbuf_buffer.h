@@ -536,7 +536,10 @@ static inline int DevbufPy__FillStrides(DevbufPy_buffer_ext *view) {
 }
 
 /* DevbufPy_GetBufferEx without step 2, for a caller that knows the type of
- * `obj` supports every required flag of `flags` (a producer of its own). */
+ * `obj` supports every required flag of `flags` (a producer of its own).
+ * The same result, ownership and release: on success `view` holds a new
+ * reference to the exporter in view->view.obj and, where step 5 filled them
+ * in, strides these helpers own; DevbufPy_BufferRelease gives back both. */
 static inline int DevbufPy__GetBufferExSupported(PyObject *obj, DevbufPy_buffer_ext *view,
                                                  int flags) {
   view->flags = 0;
