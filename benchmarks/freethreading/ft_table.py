@@ -3,7 +3,9 @@ free-threaded build (scripts/python-ft.sh with FT_BENCH=1 writes both)."""
 import json
 import sys
 
-GOAL_PER_CALL = 1.3  # the goal: at most 1.3x on 3.13t
+# Per call, the goal is set in instructions (benchmarks/interop/callgrind_ft.sh):
+# a few hundred nanoseconds move by 2x with the machine's load, so the timings
+# below carry no verdict.
 GOAL_SCALING = {"2 threads, own objects / 1 thread": 1.8,
                 "2 threads, one shared DeviceBuffer / 1 thread": 1.8,
                 # CPython's own exporter, for comparison: no goal.
@@ -15,15 +17,14 @@ def main(default_path, ft_path):
     t = json.load(open(ft_path))
     print(f"CPython {d['python']} from one source: default build (GIL) and free-threaded "
           f"build (GIL off); {t['cpus']} CPUs.\n")
-    print("| per call (ns, median; load-dependent) | default | free-threaded | ratio | goal |")
-    print("|---|---|---|---|---|")
+    print("| per call (ns, median; load-dependent) | default | free-threaded | ratio |")
+    print("|---|---|---|---|")
     for k, v in d["ns_per_call"].items():
         ft = t["ns_per_call"].get(k)
         if ft is None:
             continue
         r = ft / v
-        print(f"| {k} | {v:.0f} | {ft:.0f} | {r:.2f}x | <= {GOAL_PER_CALL}x "
-              f"{'met' if r <= GOAL_PER_CALL else 'NOT met'} |")
+        print(f"| {k} | {v:.0f} | {ft:.0f} | {r:.2f}x |")
     print("\n| scaling (throughput / one thread's, best of interleaved rounds; load-dependent) | default | free-threaded | goal |")
     print("|---|---|---|---|")
     for k, goal in GOAL_SCALING.items():
