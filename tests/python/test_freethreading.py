@@ -200,8 +200,8 @@ def test_nine_threads_share_one_buffer(rnd):
 
 def test_exports_race_free():
     """Exports and releases of host DeviceBuffers (the fast path, which without
-    the GIL takes no lock: one compare-exchange of the buffer's solo export
-    word each) against free() and
+    the GIL takes no lock: one compare-exchange of one of the buffer's solo
+    export words each) against free() and
     the getters (the buffer's critical section): free() succeeds only while no
     export is alive, so no export ever sees its buffer freed, and a buffer
     freed first refuses the export."""
@@ -241,6 +241,34 @@ def test_exports_race_free():
     for b in retired + cur:
         assert b.exports == 0, f"{b.exports} exports still alive after every thread released"
         b.free()
+
+
+@pytest.mark.parametrize("held", [1, 2, 3, 4, 5, 6])
+def test_free_refused_while_any_export_word_is_live(held):
+    """Without the GIL a DeviceBuffer keeps up to four exports in lock-free
+    words (one a thread, the next free one when it is taken) and the rest in
+    its ledger. free() must find a live export in any word, give the words it
+    had already cleared their state back, and refuse; the exports then still
+    read the memory, release in any order, and the fast path still serves the
+    next ones. With the GIL the same sequence goes through the ledger alone."""
+    buf = devbuf.from_host(np.arange(16, dtype=np.int64))
+    views = [memoryview(buf) if i % 2 else devbuf.view(buf) for i in range(held)]
+    assert buf.exports == held
+    with pytest.raises(BufferError, match=f"while it is exported \\({held} live export"):
+        buf.free()
+    assert not buf.freed
+    for v in views:  # still readable: nothing was freed
+        assert np.asarray(v.to_host() if isinstance(v, devbuf.DeviceView) else v)[15] == 15
+    for i in random.Random(held).sample(range(held), held):
+        views[i].release()
+    assert buf.exports == 0
+    for _ in range(3):  # served again after the refused free()
+        with memoryview(buf) as m:
+            assert m[3] == 3 and buf.exports == 1
+    buf.free()
+    assert buf.freed and buf.exports == 0
+    with pytest.raises(BufferError, match="freed"):
+        memoryview(buf)
 
 
 # ---- device memory: exports, views and downloads of one buffer on devbuf.sim -------------

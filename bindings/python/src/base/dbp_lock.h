@@ -18,7 +18,7 @@
  * between detaches"; `pins` guards work in flight) hold unchanged, and two
  * objects' sections cannot deadlock. With the GIL these are plain braces.
  * One exception: DeviceBuffer's common export and release take no lock at
- * all, through one atomic word that the locked paths also respect
+ * all, through four atomic words that the locked paths also respect
  * (objects/buffer.c, "the solo export", says why that is sound).
  * No process-wide lock is taken on an export, release or view path; the
  * few module-wide ones (dbp_mutex below) guard statistics, the staging

@@ -38,40 +38,49 @@ static int check_alive(DbpBuffer *self) {
 
 #if defined(Py_GIL_DISABLED)
 /* ---- the solo export (free-threaded builds) -----------------------------------------
- * Without the GIL the common export and release take no lock: `solo`, one
- * atomic word, holds at most one live export of its own beside the ledger's.
+ * Without the GIL the common export and release take no lock: each of the
+ * DBP_SOLO_SLOTS atomic words of `solo` holds at most one live export of its
+ * own beside the ledger's.
  *
  *   bit 0  DBP_SOLO_LIVE      an export taken by the fast path is alive
  *   bit 1  DBP_SOLO_HOST_OK   a host export needs nothing done first (the host
  *                             may read the memory, no upload is pending)
  *   bit 2  DBP_SOLO_DEVICE_OK a device export needs nothing done first (the
  *                             device_info is ready)
- *   bits 3+                   a generation, one more at each solo release
+ *   bits 3-4                  the word's own index in `solo`, never changed
+ *   bits 5+                   a generation, one more at each release
  *
- * The fast export (buffer_getbuffer) is one compare-exchange, from a word
- * without DBP_SOLO_LIVE and with the OK bit its request needs to the same word
- * with DBP_SOLO_LIVE; the export's serial (Py_buffer.internal) is that new
- * word, odd, where the ledger's serials are all even. The fast release is one
- * compare-exchange from the view's serial to the next generation without
- * DBP_SOLO_LIVE. Anything else, including a failed compare-exchange, takes
- * the buffer's critical section and the ledger, as before.
+ * The fast export (buffer_getbuffer) is one compare-exchange on the word its
+ * thread id hashes to (the next free one when that holds a live export), from
+ * a word without DBP_SOLO_LIVE and with the OK bit its request needs to the
+ * same word with DBP_SOLO_LIVE; the export's serial (Py_buffer.internal) is
+ * that new word, odd, where the ledger's serials are all even, and it names
+ * its word. The fast release is one compare-exchange of that word from the
+ * view's serial to the next generation without DBP_SOLO_LIVE. Anything else,
+ * including a failed compare-exchange, takes the buffer's critical section
+ * and the ledger, as before. Several words, each on its own cache line, let
+ * threads that share one buffer export it at once without each other's
+ * line (one word served one export at a time: the second thread took the
+ * lock, and two threads sharing a buffer ran no faster than one).
  *
  * Why this is sound:
- *  - The fast export reads, besides `solo`, only fields that never change
+ *  - The fast export reads, besides its word, only fields that never change
  *    once the buffer is published (layout, ptr, fast_flags, device_flag,
  *    format, device): ptr changes only when the memory is freed, and every
- *    state that may change while the buffer is shared is a bit of `solo`.
- *    An OK bit is set only after what it vouches for is done (a set is a
- *    release, the fast export's compare-exchange an acquire, so the
+ *    state that may change while the buffer is shared is a bit of every
+ *    word. An OK bit is set only after what it vouches for is done (a set
+ *    is a release, the fast export's compare-exchange an acquire, so the
  *    device_info the export hands out is visible to its consumer), and
- *    cleared (free(), a pending upload) by an atomic read-modify-write, so
- *    a fast export either comes before it in `solo`'s order or fails.
- *  - free() runs in the critical section and clears both OK bits with a
- *    compare-exchange from a word without DBP_SOLO_LIVE, after checking the
- *    ledger and the pins: a fast export that comes first makes the
- *    compare-exchange fail and free() refuses as for any live export; one
- *    that comes after finds no OK bit and takes the locked path, which
- *    reports the freed memory. The release's compare-exchange (a release)
+ *    cleared (free(), a pending upload) by an atomic read-modify-write of
+ *    each word before the change is made, so a fast export either comes
+ *    before it in its word's order, and so before the change, or fails.
+ *    Every change of state is made in the critical section.
+ *  - free() runs in the critical section and, after checking the ledger and
+ *    the pins, clears both OK bits of each word with a compare-exchange
+ *    from a word without DBP_SOLO_LIVE: a fast export that comes first makes
+ *    the compare-exchange fail, free() gives the words it cleared their bits
+ *    back and refuses as for any live export; one that comes after finds no
+ *    OK bit and takes the locked path, which reports the freed memory. The release's compare-exchange (a release)
  *    orders everything its consumer did with the memory before free()'s
  *    (an acquire).
  *  - A release is counted once: the generation makes every solo serial
@@ -86,14 +95,36 @@ static int check_alive(DbpBuffer *self) {
 #define DBP_SOLO_LIVE ((uintptr_t)1)
 #define DBP_SOLO_HOST_OK ((uintptr_t)2)
 #define DBP_SOLO_DEVICE_OK ((uintptr_t)4)
-#define DBP_SOLO_GEN ((uintptr_t)8)
+#define DBP_SOLO_SLOT_SHIFT 3
+#define DBP_SOLO_SLOT_BITS 2
+#define DBP_SOLO_SLOT_MASK ((uintptr_t)(DBP_SOLO_SLOTS - 1) << DBP_SOLO_SLOT_SHIFT)
+#define DBP_SOLO_GEN ((uintptr_t)1 << (DBP_SOLO_SLOT_SHIFT + DBP_SOLO_SLOT_BITS))
 #define DBP_SOLO_STATE (DBP_SOLO_HOST_OK | DBP_SOLO_DEVICE_OK)
-/* Exports alive in `solo` (0 or 1); in the critical section. */
-static inline Py_ssize_t solo_live(DbpBuffer *self) {
-  return (Py_ssize_t)(_Py_atomic_load_uintptr(&self->solo) & DBP_SOLO_LIVE);
+_Static_assert(DBP_SOLO_SLOTS == 1 << DBP_SOLO_SLOT_BITS, "the slot index is DBP_SOLO_SLOT_BITS bits");
+/* The word a serial (or a word) names. */
+static inline uintptr_t *solo_word(DbpBuffer *self, uintptr_t serial) {
+  return &self->solo[(serial & DBP_SOLO_SLOT_MASK) >> DBP_SOLO_SLOT_SHIFT].w;
 }
-#define DBP_SOLO_OR(self, bits) ((void)_Py_atomic_or_uintptr(&(self)->solo, (bits)))
-#define DBP_SOLO_AND(self, bits) ((void)_Py_atomic_and_uintptr(&(self)->solo, (bits)))
+/* The word this thread tries first: threads' control blocks lie pages apart. */
+static inline unsigned solo_home(void) {
+  uint64_t h = (uint64_t)(_Py_ThreadId() >> 12) * 0x9E3779B97F4A7C15ull;
+  return (unsigned)(h >> (64 - DBP_SOLO_SLOT_BITS));
+}
+/* Exports alive in the words; in the critical section. */
+static inline Py_ssize_t solo_live(DbpBuffer *self) {
+  Py_ssize_t n = 0;
+  for (int i = 0; i < DBP_SOLO_SLOTS; i++)
+    n += (Py_ssize_t)(_Py_atomic_load_uintptr(&self->solo[i].w) & DBP_SOLO_LIVE);
+  return n;
+}
+static inline void solo_or(DbpBuffer *self, uintptr_t bits) {
+  for (int i = 0; i < DBP_SOLO_SLOTS; i++) (void)_Py_atomic_or_uintptr(&self->solo[i].w, bits);
+}
+static inline void solo_and(DbpBuffer *self, uintptr_t bits) {
+  for (int i = 0; i < DBP_SOLO_SLOTS; i++) (void)_Py_atomic_and_uintptr(&self->solo[i].w, bits);
+}
+#define DBP_SOLO_OR(self, bits) solo_or((self), (bits))
+#define DBP_SOLO_AND(self, bits) solo_and((self), (bits))
 #else
 static inline Py_ssize_t solo_live(DbpBuffer *self) { return 0; }
 #define DBP_SOLO_OR(self, bits) ((void)0)
@@ -507,9 +538,11 @@ void dbp_buffer_prepare_exports(DbpBuffer *self) {
   self->fast_flags = fast | PyBUF_DEVICE;
 #if defined(Py_GIL_DISABLED)
   /* Before the buffer is published, with its memory just set (not freed). */
-  _Py_atomic_store_uintptr_release(
-      &self->solo, (self->host_readable && self->event == NULL ? DBP_SOLO_HOST_OK : 0) |
-                       (self->info_ready ? DBP_SOLO_DEVICE_OK : 0));
+  for (int i = 0; i < DBP_SOLO_SLOTS; i++)
+    _Py_atomic_store_uintptr_release(
+        &self->solo[i].w, ((uintptr_t)i << DBP_SOLO_SLOT_SHIFT) |
+                              (self->host_readable && self->event == NULL ? DBP_SOLO_HOST_OK : 0) |
+                              (self->info_ready ? DBP_SOLO_DEVICE_OK : 0));
 #endif
 }
 
@@ -661,11 +694,12 @@ static DBP_NOINLINE int buffer_getbuffer_cs(PyObject *op, Py_buffer *view, int f
 static void buffer_releasebuffer_locked_ft(DbpBuffer *self, Py_buffer *view) {
   uintptr_t s = (uintptr_t)view->internal;
   if (s & DBP_SOLO_LIVE) {
-    uintptr_t w = _Py_atomic_load_uintptr(&self->solo);
+    uintptr_t *sw = solo_word(self, s);
+    uintptr_t w = _Py_atomic_load_uintptr(sw);
     /* The same export: live, and the same generation (its state bits may
      * have changed meanwhile). */
     while ((w & DBP_SOLO_LIVE) && (w | DBP_SOLO_STATE) == (s | DBP_SOLO_STATE)) {
-      if (_Py_atomic_compare_exchange_uintptr(&self->solo, &w,
+      if (_Py_atomic_compare_exchange_uintptr(sw, &w,
                                               (w & ~DBP_SOLO_LIVE) + DBP_SOLO_GEN)) {
         view->internal = NULL;
         return;
@@ -683,25 +717,32 @@ static DBP_NOINLINE void buffer_releasebuffer_cs(PyObject *op, Py_buffer *view) 
 
 static int buffer_getbuffer(PyObject *op, Py_buffer *view, int flags) {
   DbpBuffer *self = (DbpBuffer *)op;
-  /* As buffer_getbuffer_fast, with the state that may change read from
-   * `solo`: the OK bit this request needs, and no solo export alive. */
-  uintptr_t w = _Py_atomic_load_uintptr_relaxed(&self->solo);
+  /* As buffer_getbuffer_fast, with the state that may change read from a
+   * word of `solo`: the OK bit this request needs, and no export alive in
+   * that word (this thread's, else the next free one). */
   int device_export = flags & self->device_flag; /* 0 on the host, PyBUF_DEVICE or not */
   uintptr_t ok = device_export ? DBP_SOLO_DEVICE_OK : DBP_SOLO_HOST_OK;
   if (DBP_CHECK_EXPORTS || DBP_UNLIKELY(flags & ~self->fast_flags) ||
-      DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT) ||
-      DBP_UNLIKELY((w & (ok | DBP_SOLO_LIVE)) != ok) ||
-      DBP_UNLIKELY(!_Py_atomic_compare_exchange_uintptr(&self->solo, &w, w | DBP_SOLO_LIVE)))
+      DBP_UNLIKELY((flags & (PyBUF_FORMAT | PyBUF_ND)) == PyBUF_FORMAT))
     return buffer_getbuffer_cs(op, view, flags);
-  export_fill(self, view, flags, device_export);
-  view->internal = (void *)(w | DBP_SOLO_LIVE);
-  return 0;
+  unsigned home = solo_home();
+  for (unsigned k = 0; k < DBP_SOLO_SLOTS; k++) {
+    uintptr_t *sw = &self->solo[(home + k) & (DBP_SOLO_SLOTS - 1)].w;
+    uintptr_t w = _Py_atomic_load_uintptr_relaxed(sw);
+    if (DBP_UNLIKELY(!(w & ok))) break;
+    if (DBP_UNLIKELY(w & DBP_SOLO_LIVE)) continue;
+    if (DBP_UNLIKELY(!_Py_atomic_compare_exchange_uintptr(sw, &w, w | DBP_SOLO_LIVE))) break;
+    export_fill(self, view, flags, device_export);
+    view->internal = (void *)(w | DBP_SOLO_LIVE);
+    return 0;
+  }
+  return buffer_getbuffer_cs(op, view, flags);
 }
 
 static void buffer_releasebuffer(PyObject *op, Py_buffer *view) {
   uintptr_t s = (uintptr_t)view->internal;
   if (DBP_UNLIKELY(!(s & DBP_SOLO_LIVE)) ||
-      DBP_UNLIKELY(!_Py_atomic_compare_exchange_uintptr(&((DbpBuffer *)op)->solo, &s,
+      DBP_UNLIKELY(!_Py_atomic_compare_exchange_uintptr(solo_word((DbpBuffer *)op, s), &s,
                                                         s - DBP_SOLO_LIVE + DBP_SOLO_GEN))) {
     buffer_releasebuffer_cs(op, view);
     return;
@@ -724,11 +765,28 @@ static PyObject *buffer_free_locked(DbpBuffer *self, PyObject *unused) {
   if (self->freed) Py_RETURN_NONE;
 #if defined(Py_GIL_DISABLED)
   /* No solo export alive, and none from now on (the solo export, above). */
-  uintptr_t w = _Py_atomic_load_uintptr(&self->solo);
-  while (self->ledger.n == 0 && self->pins == 0 && !(w & DBP_SOLO_LIVE) &&
-         !_Py_atomic_compare_exchange_uintptr(&self->solo, &w, w & ~DBP_SOLO_STATE)) {
+  Py_ssize_t live = self->ledger.n;
+  if (live == 0 && self->pins == 0) {
+    uintptr_t was[DBP_SOLO_SLOTS];
+    int i;
+    for (i = 0; i < DBP_SOLO_SLOTS; i++) {
+      uintptr_t *sw = &self->solo[i].w;
+      uintptr_t w = _Py_atomic_load_uintptr(sw);
+      while (!(w & DBP_SOLO_LIVE) &&
+             !_Py_atomic_compare_exchange_uintptr(sw, &w, w & ~DBP_SOLO_STATE)) {
+      }
+      if (w & DBP_SOLO_LIVE) break;
+      was[i] = w & DBP_SOLO_STATE;
+    }
+    if (i < DBP_SOLO_SLOTS) { /* word i holds a live export: refuse, state as it was */
+      for (int j = 0; j < i; j++) (void)_Py_atomic_or_uintptr(&self->solo[j].w, was[j]);
+      live = 1;
+      for (int j = i + 1; j < DBP_SOLO_SLOTS; j++)
+        live += (Py_ssize_t)(_Py_atomic_load_uintptr(&self->solo[j].w) & DBP_SOLO_LIVE);
+    }
+  } else {
+    live += solo_live(self);
   }
-  Py_ssize_t live = self->ledger.n + (Py_ssize_t)(w & DBP_SOLO_LIVE);
 #else
   Py_ssize_t live = self->ledger.n;
 #endif

@@ -27,6 +27,10 @@ enum dbp_mem_kind {
   DBP_MEM_BORROWED = 2 /* host memory of another exporter, held by `base` (pickle.c) */
 };
 
+#if defined(Py_GIL_DISABLED)
+#define DBP_SOLO_SLOTS 4 /* a power of two; the slot index is 2 bits of each word */
+#endif
+
 typedef struct DbpBuffer {
   PyObject_HEAD
   DbpDevice *device;       /* strong reference */
@@ -65,9 +69,16 @@ typedef struct DbpBuffer {
                               count of live exports (bf_getbuffer minus bf_releasebuffer)
                               taken by the locked path */
 #if defined(Py_GIL_DISABLED)
-  uintptr_t solo;          /* the lock-free export word (buffer.c, "the solo export"):
-                              at most one more live export, and whether the fast path may
-                              take one; accessed only atomically */
+  /* The lock-free export words (buffer.c, "the solo export"): each holds at
+   * most one more live export, and whether the fast path may take one;
+   * accessed only atomically. Each word has a cache line of its own (64
+   * bytes before it, 64 after the last), so that two threads exporting the
+   * same buffer at once each write their own line. */
+  struct {
+    char pad[64];
+    uintptr_t w;
+  } solo[DBP_SOLO_SLOTS];
+  char solo_tail[64 - sizeof(uintptr_t)];
 #endif
 } DbpBuffer;
 
