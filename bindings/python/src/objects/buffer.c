@@ -80,9 +80,9 @@ static int check_alive(DbpBuffer *self) {
  *    from a word without DBP_SOLO_LIVE: a fast export that comes first makes
  *    the compare-exchange fail, free() gives the words it cleared their bits
  *    back and refuses as for any live export; one that comes after finds no
- *    OK bit and takes the locked path, which reports the freed memory. The release's compare-exchange (a release)
- *    orders everything its consumer did with the memory before free()'s
- *    (an acquire).
+ *    OK bit and takes the locked path, which reports the freed memory.
+ *    The release's compare-exchange (a release) orders everything its
+ *    consumer did with the memory before free()'s (an acquire).
  *  - A release is counted once: the generation makes every solo serial
  *    unique (2^61 releases before one repeats), a release whose serial is
  *    not the live word (a second release, a ledger serial, NULL) fails the
