@@ -7,9 +7,12 @@ held before it.
     python3.14-dbg -m pytest -p refleak --refleak=default [--refleak-report=F] tests/python
 
 The second form is a pytest plugin (scripts/ on sys.path): the ordinary run
-of the suite IS the first run of each hunted module, so the hunt only adds
+of the tests IS the first run of each hunted module, so the hunt only adds
 the further runs. PATH defaults to the modules of DEFAULT; --refleak takes
 `default`, `all` (every collected module) or a comma list of file names.
+The test command runs the first form, in a process of its own: inside the
+whole suite's run every measurement walks the whole suite's heap, and the
+hunt costs more than twice the hunted modules' own run and hunt together.
 
 How a module is measured (the -R rules):
   * the module's tests run once as the suite runs them (reported as usual),
