@@ -2,8 +2,11 @@
 pytest-run-parallel will run in one thread only, and why: the ones that carry
 `@pytest.mark.thread_unsafe(reason=...)` (devbuf's tests that are unsafe by
 construction) and the ones the plugin itself found (a thread-unsafe fixture or
-call). Prints one line at the end of the run and fails the run when more than
-RUN_PARALLEL_MAX_MARKED (default 0.10) of the items are marked."""
+call), and apart from those the ones whose work runs in a child process
+(tests/python/conftest.py runs them in one thread: they ask for `devbuf_env`
+or are marked `child_process`). Prints one line at the end of the run and
+fails the run when more than RUN_PARALLEL_MAX_MARKED (default 0.10) of the
+items are marked thread_unsafe."""
 import os
 
 import pytest
@@ -22,10 +25,14 @@ def _run_parallel_plugin(config):
 def pytest_collection_finish(session):
     items = session.items
     marked = [i for i in items if i.get_closest_marker("thread_unsafe") is not None]
+    child = [i for i in items if i.get_closest_marker("thread_unsafe") is None and
+             ("devbuf_env" in getattr(i, "fixturenames", ()) or i.get_closest_marker("child_process"))]
     rp = _run_parallel_plugin(session.config)
     single = len(getattr(rp, "thread_unsafe", {})) if rp is not None else len(items)
+    if rp is not None:
+        child = [i for i in child if i.nodeid in rp.thread_unsafe]
     limit = float(os.environ.get("RUN_PARALLEL_MAX_MARKED", "0.10"))
-    _counts.update(items=len(items), marked=len(marked), single=single, limit=limit,
+    _counts.update(items=len(items), marked=len(marked), child=len(child), single=single, limit=limit,
                    over=len(marked) > limit * len(items),
                    files=sorted({i.nodeid.split("::")[0] for i in marked}))
 
@@ -41,7 +48,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(
         f"run-parallel: {_counts['items']} items, {passed} passed, {failed} failed, {skipped} skipped; "
         f"{_counts['marked']} marked thread_unsafe ({100 * frac:.1f}%, at most {100 * limit:.0f}%), "
-        f"{_counts['single'] - _counts['marked']} more run in one thread by the plugin's own detection")
+        f"{_counts['child']} run in one thread as their work runs in a child process, "
+        f"{_counts['single'] - _counts['marked'] - _counts['child']} more run in one thread by the plugin's own detection")
     if _counts["over"]:
         terminalreporter.write_line(
             f"run-parallel: FAIL: {_counts['marked']} of {_counts['items']} items are marked thread_unsafe "

@@ -30,6 +30,9 @@ def pytest_configure(config):
     # pytest-run-parallel's marker (scripts/run-parallel.sh), known without it too.
     config.addinivalue_line(
         "markers", "thread_unsafe(reason=None): run in one thread only under pytest-run-parallel")
+    config.addinivalue_line(
+        "markers", "child_process(reason): the test's work runs in a child process; under "
+        "pytest-run-parallel it runs in one thread")
     # scripts/refleak.py's marker (the leak hunt of the debug-interpreter stage).
     config.addinivalue_line(
         "markers", "refleak_unrepeated(reason): the leak hunt does not repeat this test: its growth "
@@ -39,6 +42,24 @@ def pytest_configure(config):
             f"no devbuf package under {BUILD}/python: build with -DDEVBUF_BUILD_PYTHON=ON "
             f"(cmake -S . -B build -DPython3_EXECUTABLE={sys.executable} && cmake --build build) "
             "or point DEVBUF_BUILD_DIR at your build directory")
+
+
+def in_child_process(item):
+    """A test whose work runs in a child process: it asks for `devbuf_env`
+    (the environment of a child that imports this build) or is marked
+    child_process. Under pytest-run-parallel it runs in one thread: four
+    threads would run four children, none of devbuf's code in threads of one
+    process (scripts/run_parallel_count.py counts these apart)."""
+    return "devbuf_env" in getattr(item, "fixturenames", ()) or \
+        item.get_closest_marker("child_process") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.pluginmanager.get_plugin("_run-parallel") is None:
+        return
+    for item in items:
+        if in_child_process(item) and item.get_closest_marker("thread_unsafe") is None:
+            item.add_marker(pytest.mark.parallel_threads(1))
 
 
 @pytest.fixture(scope="session")

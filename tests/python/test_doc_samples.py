@@ -16,6 +16,9 @@ HAVE_HEADERS = all(glob.glob(os.path.expanduser("~/.pyenv/versions/%s.*/include/
                    for v in ("3.9", "3.13"))
 F = "`" * 3
 
+# Each test runs the checker in a child process.
+pytestmark = pytest.mark.child_process(reason="each test runs scripts/check_doc_samples.py in a child process")
+
 
 def check(tmp_path, devbuf_build, text, name="page.md"):
     page = tmp_path / name

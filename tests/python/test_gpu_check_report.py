@@ -7,8 +7,12 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_check_report.py"
+# Each test runs the report script (or the check script's steps) in a child process.
+pytestmark = pytest.mark.child_process(reason="each test runs scripts/gpu_check_report.py in a child process")
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="3">

@@ -12,8 +12,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "layers.py")
 
-pytestmark = pytest.mark.skipif(shutil.which("nm") is None or shutil.which("cc") is None,
-                                reason="needs nm and cc")
+# Each test compiles and runs scripts/layers.py in child processes.
+pytestmark = [pytest.mark.skipif(shutil.which("nm") is None or shutil.which("cc") is None,
+                                 reason="needs nm and cc"),
+              pytest.mark.child_process(reason="each test runs cc and scripts/layers.py in child processes")]
 
 DECL = """
 [[folder]]

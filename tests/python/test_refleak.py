@@ -15,6 +15,9 @@ import textwrap
 
 import pytest
 
+# Each test runs scripts/refleak.py in a child process.
+pytestmark = pytest.mark.child_process(reason="each test runs scripts/refleak.py in a child process")
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "refleak.py"
 DEBUG = hasattr(sys, "gettotalrefcount")
