@@ -62,23 +62,6 @@ PY
   "${PLAIN[@]}" .venv/bin/python -m pytest -q --durations=15 tests/python --ignore-glob='*/test_thirdparty_*'
 }
 
-stage --fatal "build (plain)" scripts/setup.sh build
-
-if (( QUICK )); then
-  # The two install tests (cmake --install and pip install ., each with the
-  # whole suite against the install: minutes) run in the full command only.
-  # ctest alongside pytest (a second lane): pytest is one process, ctest
-  # mostly waits on the processes it spawns.
-  quick_ctest() {
-    stage "ctest (plain; quick: not the install and slow labels)" \
-      ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300 -LE 'install|slow'
-  }
-  stage_lane quick_ctest
-  stage "pytest" pytest_plain
-  stage_summary
-  exit
-fi
-
 # ---- the second lane: other interpreters -----------------------------------
 # The machines have 2 cores, and most stages are one pytest process: these
 # stages, which build and test devbuf against interpreters of their own (in
@@ -102,7 +85,27 @@ other_interpreters() {
   stage "CPython 3.13 patched trees, built ahead for the reference (cached)" \
     scripts/cpython313-prebuild.sh
 }
-stage_lane other_interpreters
+# It starts before the plain build: it needs nothing that build makes, and
+# the build's first half (the venv's packages) keeps one core busy only.
+(( QUICK )) || stage_lane other_interpreters
+
+stage --fatal "build (plain)" scripts/setup.sh build
+
+if (( QUICK )); then
+  # The two install tests (cmake --install and pip install ., each with the
+  # install subset of the suite against the install: minutes) run in the
+  # full command only.
+  # ctest alongside pytest (a second lane): pytest is one process, ctest
+  # mostly waits on the processes it spawns.
+  quick_ctest() {
+    stage "ctest (plain; quick: not the install and slow labels)" \
+      ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300 -LE 'install|slow'
+  }
+  stage_lane quick_ctest
+  stage "pytest" pytest_plain
+  stage_summary
+  exit
+fi
 
 stage "ctest (plain)" ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 300
 stage "pytest" pytest_plain
