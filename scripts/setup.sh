@@ -3,6 +3,8 @@
 # already done: system packages, the project's Python venv, and the build.
 #
 #   scripts/setup.sh [BUILD_DIR] [extra cmake args...]
+#   scripts/setup.sh --packages    step 1 only (the test command's second
+#                                  lane needs them before the build starts)
 #
 # The one interpreter: Debian's /usr/bin/python3, in a venv at .venv. The
 # build, the tests and the README all use .venv/bin/python; after set-up it
@@ -10,6 +12,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+PACKAGES_ONLY=0
+[[ "${1:-}" == --packages ]] && PACKAGES_ONLY=1
 BUILD="${1:-build}"
 shift || true
 
@@ -28,6 +32,7 @@ if (( ${#missing[@]} )); then
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+(( PACKAGES_ONLY )) && exit 0
 
 # 2. The Python venv, from Debian's interpreter, with pinned packages.
 PY=/usr/bin/python3

@@ -85,9 +85,13 @@ other_interpreters() {
   stage "CPython 3.13 patched trees, built ahead for the reference (cached)" \
     scripts/cpython313-prebuild.sh
 }
-# It starts before the plain build: it needs nothing that build makes, and
-# the build's first half (the venv's packages) keeps one core busy only.
-(( QUICK )) || stage_lane other_interpreters
+# It starts before the plain build: it needs the Debian packages only (step 1
+# of scripts/setup.sh, quiet when they are there), nothing that build makes,
+# and the build's first half (the venv's packages) keeps one core busy only.
+if (( ! QUICK )); then
+  scripts/setup.sh --packages || { echo "test.sh: installing the Debian packages failed" >&2; exit 1; }
+  stage_lane other_interpreters
+fi
 
 stage --fatal "build (plain)" scripts/setup.sh build
 
