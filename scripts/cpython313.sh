@@ -67,8 +67,9 @@ cpy313_series_code() { # the patches that change what is built (not Doc/-only on
 cpy313_dir() {
   local v="$1" key
   # The key: flags (without the prefix, which names the entry itself),
-  # compiler environment, Setup.local and, patched, the series' code.
-  key="$( { cpy313_flags_noprefix "$v"; cpy313_env "$v"; echo "$CPY313_SETUP_LOCAL"
+  # compiler environment (less ccache, which changes no object), Setup.local
+  # and, patched, the series' code.
+  key="$( { cpy313_flags_noprefix "$v"; (DEVBUF_CCACHE_CC=; cpy313_env "$v"); echo "$CPY313_SETUP_LOCAL"
     case "$v" in patched*) cpy313_series_code ;; esac; } | cache_key)"
   echo "$DEVBUF_CACHE/cpython-$CPY313_VER/$v-$key"
 }
