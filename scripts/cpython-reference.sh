@@ -17,6 +17,8 @@
 #                                           with TSan, the threaded buffer
 #                                           tests on it: cpython/tests/tsan.sh;
 #                                           list: CPYREF_TSAN_TESTS)
+#   CPYREF_TSAN=only                        that stage alone (scripts/test.sh
+#                                           runs it in its second lane)
 #   CPYREF_TSAN_UNPATCHED=1                 with CPYREF_TSAN=1: the same on
 #                                           an unpatched TSan 3.13t, for
 #                                           comparison (not counted)
@@ -93,12 +95,18 @@ if fetch_source; then pass "python3.13 source $CPY313_VER (trixie, private apt c
 # their interpreters.
 UNPATCHED_CONF_ONLY=1
 [ "${CPYREF_BENCH:-0}" = 1 ] && UNPATCHED_CONF_ONLY=0
+TSAN="${CPYREF_TSAN:-1}"
+case "$TSAN" in 0 | 1 | only) ;; *) echo "cpython-reference.sh: CPYREF_TSAN is 0, 1 or only, not '$TSAN'" >&2; exit 2 ;; esac
+# CPYREF_TSAN=only: the source, then step 5 alone.
+[ "$TSAN" = only ] && CPYREF_VARIANTS="${CPYREF_VARIANTS:-none}"
 for v in ${CPYREF_VARIANTS:-unpatched unpatched-t patched patched-t}; do
+  [ "$v" = none ] && continue
   t=$(date +%s)
   only=0; [[ "$v" == unpatched* ]] && only=$UNPATCHED_CONF_ONLY
   what=build; [ "$only" = 1 ] && what=configure
   if build_variant "$v" "$only"; then pass "$what $v ($(( $(date +%s) - t ))s)"; else fail "$what $v"; fi
 done
+if [ "$TSAN" != only ]; then
 [ -z "${CPYREF_VARIANTS:-}" ] || finish
 [ -x "$OUT/patched/python" ] && [ -x "$OUT/patched-t/python" ] || finish
 
@@ -161,6 +169,8 @@ for v in patched patched-t; do
   fi
 done
 
+fi  # CPYREF_TSAN=only skips to here
+
 # ---- 5. the patched 3.13t under ThreadSanitizer (CPYREF_TSAN=0: skipped) ---
 # On by default because the series must hold under TSan on every run:
 # the three buffer modules, where the series' code runs (about 7 min
@@ -173,7 +183,7 @@ done
 # the same tests there with CPython's suppressions only: the comparison
 # that justifies each entry of cpython/tsan-suppressions.txt (its reports are
 # shown, not counted: they are CPython's).
-if [ "${CPYREF_TSAN:-1}" = 1 ]; then
+if [ "$TSAN" != 0 ]; then
   tsan_tests="${CPYREF_TSAN_TESTS:-test_buffer_device test_memoryview test_buffer}"
   t=$(date +%s)
   if build_variant patched-tsan 0; then

@@ -84,6 +84,15 @@ other_interpreters() {
   # on a warm one there is nothing to do (scripts/cpython313-prebuild.sh).
   stage "CPython 3.13 patched trees, built ahead for the reference (cached)" \
     scripts/cpython313-prebuild.sh
+  # The reference's ThreadSanitizer step (the patched 3.13t built with TSan,
+  # CPython's threaded buffer tests on it), on the tree just built ahead; the
+  # rest of the reference is the first lane's last stage.
+  if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
+    stage "CPython reference under ThreadSanitizer (patched 3.13t: threaded buffer tests)" \
+      env CPYREF_TSAN=only scripts/cpython-reference.sh
+  else
+    stage_skip "CPython reference under ThreadSanitizer" "DEVBUF_SKIP_CPYREF=1"
+  fi
 }
 # It starts before the plain build: it needs the Debian packages only (step 1
 # of scripts/setup.sh, quiet when they are there), nothing that build makes,
@@ -188,7 +197,8 @@ stage "free-threaded CPython 3.13t (GIL off: whole suite, each test in 4 threads
 # devbuf's suites run. DEVBUF_SKIP_CPYREF=1 leaves it out of a local run
 # (CI never sets it). See scripts/cpython-reference.sh.
 if [[ "${DEVBUF_SKIP_CPYREF:-0}" != 1 ]]; then
-  stage "CPython reference (patched 3.13 and 3.13t, TSan)" scripts/cpython-reference.sh
+  stage "CPython reference (patched 3.13 and 3.13t; its TSan step is in the second lane)" \
+    env CPYREF_TSAN=0 scripts/cpython-reference.sh
 else
   stage_skip "CPython reference" "DEVBUF_SKIP_CPYREF=1"
 fi
