@@ -66,14 +66,15 @@ PY
 # The machines have 2 cores, and most stages are one pytest process: these
 # stages, which build and test devbuf against interpreters of their own (in
 # build-sid/, build-matrix/ and the cache), run in a second lane alongside
-# the stages below (scripts/stage.sh: stage_lane). Their output is printed
+# every other stage (scripts/stage.sh: stage_lane). Their output is printed
 # when the lane ends. Which stage goes in which lane only balances the two:
 # each lane takes about half the time of a warm run (docs/development.md).
 other_interpreters() {
   # CPython 3.14, 3.15 and the debug 3.14-dbg: Debian sid's binary packages in a
   # sid root made with debootstrap (cached under DEVBUF_CACHE): a -Werror build,
   # the taste, devbuf-info and the whole suite on each (scripts/python-sid.sh).
-  # The 3.14-dbg suite run also hunts reference leaks (scripts/refleak.py).
+  # Then a pytest process of its own hunts reference leaks on 3.14-dbg
+  # (scripts/refleak.py).
   stage "CPython 3.14, 3.15, 3.14-dbg (Debian sid root: build, taste, devbuf-info, suite; leak hunt on 3.14-dbg)" \
     env SID_STEPS="build taste info suite leaks" scripts/python-sid.sh
   # Every other CPython: build, taste and a fast subset on
