@@ -98,15 +98,13 @@ UNPATCHED_CONF_ONLY=1
 TSAN="${CPYREF_TSAN:-1}"
 case "$TSAN" in 0 | 1 | only) ;; *) echo "cpython-reference.sh: CPYREF_TSAN is 0, 1 or only, not '$TSAN'" >&2; exit 2 ;; esac
 # CPYREF_TSAN=only: the source, then step 5 alone.
-[ "$TSAN" = only ] && CPYREF_VARIANTS="${CPYREF_VARIANTS:-none}"
+if [ "$TSAN" != only ]; then
 for v in ${CPYREF_VARIANTS:-unpatched unpatched-t patched patched-t}; do
-  [ "$v" = none ] && continue
   t=$(date +%s)
   only=0; [[ "$v" == unpatched* ]] && only=$UNPATCHED_CONF_ONLY
   what=build; [ "$only" = 1 ] && what=configure
   if build_variant "$v" "$only"; then pass "$what $v ($(( $(date +%s) - t ))s)"; else fail "$what $v"; fi
 done
-if [ "$TSAN" != only ]; then
 [ -z "${CPYREF_VARIANTS:-}" ] || finish
 [ -x "$OUT/patched/python" ] && [ -x "$OUT/patched-t/python" ] || finish
 

@@ -25,8 +25,9 @@ def _run_parallel_plugin(config):
 def pytest_collection_finish(session):
     items = session.items
     marked = [i for i in items if i.get_closest_marker("thread_unsafe") is not None]
+    # tests/python/conftest.py marks each of these child_process (in_child_process).
     child = [i for i in items if i.get_closest_marker("thread_unsafe") is None and
-             ("devbuf_env" in getattr(i, "fixturenames", ()) or i.get_closest_marker("child_process"))]
+             i.get_closest_marker("child_process") is not None]
     rp = _run_parallel_plugin(session.config)
     single = len(getattr(rp, "thread_unsafe", {})) if rp is not None else len(items)
     if rp is not None:

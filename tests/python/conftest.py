@@ -59,6 +59,9 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in items:
         if in_child_process(item) and item.get_closest_marker("thread_unsafe") is None:
+            # The marker, also where devbuf_env said it: what the count reads.
+            if item.get_closest_marker("child_process") is None:
+                item.add_marker(pytest.mark.child_process(reason="asks for devbuf_env"))
             item.add_marker(pytest.mark.parallel_threads(1))
 
 
